@@ -1,0 +1,98 @@
+package digest
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io"
+)
+
+// ErrUnbindable reports an input that cannot be bound faithfully to a digest.
+// Errors from this package wrap it with a message saying what was wrong and
+// where.
+var ErrUnbindable = errors.New("input cannot be bound to a digest")
+
+// domainTag starts every pre-image. It is part of the digest format and must
+// never change: approvals stored by one version are resumed by the next.
+const domainTag = "agentsafe.v1.input-digest"
+
+// keyedTag separates [Keyed] from any other use of a deployment key.
+const keyedTag = "agentsafe.v1.event-digest"
+
+const (
+	formRPC  = "rpc"
+	formHTTP = "http"
+	kindJSON = "json"
+	kindRaw  = "raw"
+)
+
+// JSON returns the digest of a JSON input to procedure, after checking that it
+// is I-JSON (see the package documentation) and canonicalizing it with
+// RFC 8785. Errors wrap [ErrUnbindable].
+func JSON(procedure string, body []byte) (string, error) {
+	canonical, err := canonicalJSON(body)
+	if err != nil {
+		return "", err
+	}
+	w := newWriter(procedure, formRPC)
+	w.body(kindJSON, canonical)
+	return w.sum(), nil
+}
+
+// Keyed returns the form of digest that events carry when a deployment key is
+// configured (SPEC §8): "hmac-sha256:" and the lowercase hex HMAC-SHA256,
+// under key, of two string fields laid out as in the digest pre-image:
+// "agentsafe.v1.event-digest" and digest. A small input cannot be guessed
+// back from it without the key. With an empty key, or an empty digest (nothing was bound), it
+// returns digest unchanged.
+func Keyed(key []byte, digest string) string {
+	if len(key) == 0 || digest == "" {
+		return digest
+	}
+	mac := hmac.New(sha256.New, key)
+	w := writer{h: mac}
+	w.str(keyedTag)
+	w.str(digest)
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// writer writes the length-prefixed fields of a pre-image.
+type writer struct {
+	h   hash.Hash
+	buf [8]byte
+}
+
+func newWriter(procedure, form string) *writer {
+	w := &writer{h: sha256.New()}
+	w.str(domainTag)
+	w.str(procedure)
+	w.str(form)
+	return w
+}
+
+func (w *writer) count(n int) {
+	binary.BigEndian.PutUint64(w.buf[:], uint64(n))
+	w.h.Write(w.buf[:])
+}
+
+func (w *writer) str(s string) {
+	w.count(len(s))
+	io.WriteString(w.h, s)
+}
+
+func (w *writer) bytes(b []byte) {
+	w.count(len(b))
+	w.h.Write(b)
+}
+
+func (w *writer) body(kind string, b []byte) {
+	w.str(kind)
+	w.bytes(b)
+}
+
+func (w *writer) sum() string {
+	return "sha256:" + hex.EncodeToString(w.h.Sum(nil))
+}

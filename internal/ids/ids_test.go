@@ -1,0 +1,47 @@
+package ids_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/agentsafe/agentsafe/internal/ids"
+)
+
+func TestNewIsPrefixedUniqueAndValid(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 1000 {
+		id := ids.New("idk_")
+		if !ids.Valid("idk_", id) {
+			t.Fatalf("New gave %q, which Valid refuses", id)
+		}
+		if seen[id] {
+			t.Fatalf("New repeated %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestDeriveIsStableAndSplitSensitive(t *testing.T) {
+	a := ids.Derive("idk_", "apr_1", "x")
+	if a != ids.Derive("idk_", "apr_1", "x") {
+		t.Fatal("Derive is not stable for the same parts")
+	}
+	if a == ids.Derive("idk_", "apr_1x") || a == ids.Derive("idk_", "apr_", "1x") {
+		t.Fatal("Derive must not collide when the same bytes split differently")
+	}
+	if !ids.Valid("idk_", a) {
+		t.Fatalf("Derive gave %q, which Valid refuses", a)
+	}
+}
+
+func TestValidRefusesMalformed(t *testing.T) {
+	good := "apr_" + strings.Repeat("a", ids.HexLen)
+	for _, bad := range []string{"", "apr_", "exe_" + good[4:], good + "0", good[:len(good)-1], "apr_" + strings.Repeat("A", ids.HexLen), "apr_" + strings.Repeat("g", ids.HexLen)} {
+		if ids.Valid("apr_", bad) {
+			t.Errorf("Valid(%q) = true, want false", bad)
+		}
+	}
+	if !ids.Valid("apr_", good) {
+		t.Errorf("Valid(%q) = false, want true", good)
+	}
+}
