@@ -1,0 +1,60 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+var sink any
+
+func noop(context.Context) (any, error) { return nil, nil }
+
+// BenchmarkGoverned compares one governed no-op call with calling the
+// function directly; report both with -benchmem and compare in one run.
+func BenchmarkGoverned(b *testing.B) {
+	eng, err := middleware.New(middleware.NewRegistry().
+		Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Nanosecond}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	call := middleware.Call{Procedure: procRead}
+	ctx := context.Background()
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sink, _ = noop(ctx)
+		}
+	})
+	b.Run("engine", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sink, _, _ = eng.Execute(ctx, call, noop)
+		}
+	})
+	b.Run("engine-cancelable-ctx", func(b *testing.B) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		b.ReportAllocs()
+		for b.Loop() {
+			sink, _, _ = eng.Execute(ctx, call, noop)
+		}
+	})
+	transient := middleware.Retryable(errors.New("transient"))
+	b.Run("engine-one-retry", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			first := true
+			sink, _, _ = eng.Execute(ctx, call, func(context.Context) (any, error) {
+				if first {
+					first = false
+					return nil, transient
+				}
+				return nil, nil
+			})
+		}
+	})
+}

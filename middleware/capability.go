@@ -1,0 +1,144 @@
+package middleware
+
+import (
+	"fmt"
+	"time"
+)
+
+// SideEffect says what a procedure does to the world. It is never inferred:
+// the zero value, SideEffectUnspecified, is rejected when the engine is built.
+type SideEffect uint8
+
+// The side effects, from harmless to open-world.
+const (
+	SideEffectUnspecified SideEffect = iota
+	SideEffectNone                   // computes an answer, touches nothing
+	SideEffectRead                   // reads state, changes none
+	SideEffectWrite                  // changes state the service owns
+	SideEffectDestructive            // deletes or overwrites in a way that cannot be undone
+	SideEffectExternal               // acts on a system outside the service (email, payment)
+)
+
+var sideEffectNames = [...]string{"unspecified", "none", "read", "write", "destructive", "external"}
+
+func (s SideEffect) String() string {
+	if int(s) < len(sideEffectNames) {
+		return sideEffectNames[s]
+	}
+	return fmt.Sprintf("SideEffect(%d)", uint8(s))
+}
+
+// WriteLike reports whether s is write, destructive or external: the side
+// effects that are never retried at run time unless declared idempotent.
+func (s SideEffect) WriteLike() bool {
+	return s == SideEffectWrite || s == SideEffectDestructive || s == SideEffectExternal
+}
+
+func (s SideEffect) valid() bool { return s > SideEffectUnspecified && s <= SideEffectExternal }
+
+// Risk is informational: it travels on events and approval records. The zero
+// value is RiskLow.
+type Risk uint8
+
+// The risk levels.
+const (
+	RiskLow Risk = iota
+	RiskMedium
+	RiskHigh
+	RiskCritical
+)
+
+var riskNames = [...]string{"low", "medium", "high", "critical"}
+
+func (r Risk) String() string {
+	if int(r) < len(riskNames) {
+		return riskNames[r]
+	}
+	return fmt.Sprintf("Risk(%d)", uint8(r))
+}
+
+func (r Risk) valid() bool { return r <= RiskCritical }
+
+// Capability is the safety metadata of one procedure. Zero values mean the
+// defaults listed on each field.
+type Capability struct {
+	// SideEffect is required; the zero value is invalid.
+	SideEffect SideEffect
+	// Risk defaults to RiskLow.
+	Risk Risk
+	// Description is for people and tool listings.
+	Description string
+	// Idempotent is a reviewable claim that repeating the call with the same
+	// input and idempotency key is safe because the handler deduplicates. It
+	// is required before a write-like capability may be retried.
+	Idempotent bool
+	// Timeout is the deadline of ONE attempt. Zero means the engine default
+	// (30s unless [WithDefaultTimeout] says otherwise); negative is invalid.
+	Timeout time.Duration
+	// Retry configures runtime retries. The zero value never retries.
+	Retry Retry
+	// Approval gates every call behind a human decision.
+	Approval Approval
+	// ToolName overrides the name under which the procedure is listed as a
+	// tool (MCP). Empty means one derived from the procedure.
+	ToolName string
+	// Streaming marks a streaming procedure. Adapters set it from the
+	// method descriptor; it forbids Approval.Required.
+	Streaming bool
+}
+
+// Retry configures runtime retries of one capability.
+type Retry struct {
+	// MaxAttempts is the number of runtime re-attempts AFTER the first run:
+	// 1 means at most 2 runs of the handler. (gRPC's maxAttempts counts the
+	// first run; this does not.) Zero, the default, never retries. A
+	// write-like capability may only set it when Idempotent is true.
+	MaxAttempts int
+	// Backoff is the base of the exponential backoff: Backoff·2^(n−1) is
+	// waited before re-attempt n. Zero means 250ms; negative is invalid.
+	Backoff time.Duration
+	// RetryOn may veto a retry the engine would otherwise make, by returning
+	// false. A panic in it counts as a veto. Nil vetoes nothing.
+	RetryOn func(*Error) bool
+}
+
+// Approval gates a capability behind a human decision.
+type Approval struct {
+	// Required makes every call wait for an approval.
+	Required bool
+	// Type, for example "manager", is shown to approvers and bound into the
+	// approval record.
+	Type string
+	// ExpiresIn is the lifetime of a pending or approved record, counted from
+	// the request. Zero means 15 minutes; negative is invalid.
+	ExpiresIn time.Duration
+}
+
+// Hints are the tool-listing hints (MCP tool annotations) derived from a
+// capability, so that what a listing promises never drifts from what the
+// engine enforces.
+type Hints struct {
+	ReadOnly    bool // side effect none or read
+	Destructive bool // side effect destructive
+	Idempotent  bool // declared idempotent
+	OpenWorld   bool // side effect external
+}
+
+// Hints derives the tool-listing hints of c.
+func (c Capability) Hints() Hints {
+	return Hints{
+		ReadOnly:    c.SideEffect == SideEffectNone || c.SideEffect == SideEffectRead,
+		Destructive: c.SideEffect == SideEffectDestructive,
+		Idempotent:  c.Idempotent,
+		OpenWorld:   c.SideEffect == SideEffectExternal,
+	}
+}
+
+// retryAllowed is the retry-safety rule of the design note, checked at build
+// time by validation and again at run time by the engine.
+func (c Capability) retryAllowed() bool {
+	if c.Retry.MaxAttempts <= 0 {
+		return false
+	}
+	return !c.SideEffect.WriteLike() || c.Idempotent
+}

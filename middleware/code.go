@@ -1,0 +1,117 @@
+package middleware
+
+import "fmt"
+
+// Code classifies how an execution ended. The set is closed; adapters map
+// each code to their framework's status in one table.
+type Code uint8
+
+// The codes of an execution's outcome. The zero value, CodeOK, means success.
+const (
+	CodeOK Code = iota
+	// CodeTimeout: an attempt's own timeout fired. Runtime-retryable.
+	CodeTimeout
+	// CodeCancelled: the caller left (cancelled, or its own deadline passed).
+	CodeCancelled
+	// CodeExecutionFailed: the handler failed or panicked. Retryable as the
+	// classifier says.
+	CodeExecutionFailed
+	// CodeResourceExhausted: too many abandoned attempts for this capability.
+	CodeResourceExhausted
+	// CodeUnauthenticated: the actor function failed, or no actor where an
+	// approval needs one.
+	CodeUnauthenticated
+	// CodeApprovalRequired: an approval is needed; the envelope carries the
+	// new approval id.
+	CodeApprovalRequired
+	// CodeApprovalPending: the approval is not decided yet. Retryable.
+	CodeApprovalPending
+	CodeApprovalRejected
+	CodeApprovalExpired
+	CodeApprovalConsumed
+	// CodeApprovalNotFound: an unknown id, or one that belongs to another
+	// actor (no state is revealed to them).
+	CodeApprovalNotFound
+	// CodeApprovalInputMismatch: the input digest differs from the approved one.
+	CodeApprovalInputMismatch
+	// CodeApprovalResumeMismatch: another procedure, or changed approval metadata.
+	CodeApprovalResumeMismatch
+	// CodeApprovalUnavailable: the approval store failed; nothing ran. Retryable.
+	CodeApprovalUnavailable
+	// CodeCapabilityNotFound: strict mode and an ungoverned procedure.
+	CodeCapabilityNotFound
+	// CodeInvalidArgument: a malformed agentsafe header, or an input a gated
+	// call cannot bind.
+	CodeInvalidArgument
+	numCodes
+)
+
+var codeNames = [numCodes]string{
+	CodeOK:                     "OK",
+	CodeTimeout:                "TIMEOUT",
+	CodeCancelled:              "CANCELLED",
+	CodeExecutionFailed:        "EXECUTION_FAILED",
+	CodeResourceExhausted:      "RESOURCE_EXHAUSTED",
+	CodeUnauthenticated:        "UNAUTHENTICATED",
+	CodeApprovalRequired:       "APPROVAL_REQUIRED",
+	CodeApprovalPending:        "APPROVAL_PENDING",
+	CodeApprovalRejected:       "APPROVAL_REJECTED",
+	CodeApprovalExpired:        "APPROVAL_EXPIRED",
+	CodeApprovalConsumed:       "APPROVAL_CONSUMED",
+	CodeApprovalNotFound:       "APPROVAL_NOT_FOUND",
+	CodeApprovalInputMismatch:  "APPROVAL_INPUT_MISMATCH",
+	CodeApprovalResumeMismatch: "APPROVAL_RESUME_MISMATCH",
+	CodeApprovalUnavailable:    "APPROVAL_UNAVAILABLE",
+	CodeCapabilityNotFound:     "CAPABILITY_NOT_FOUND",
+	CodeInvalidArgument:        "INVALID_ARGUMENT",
+}
+
+// String returns the code's wire name, for example "TIMEOUT".
+func (c Code) String() string {
+	if c < numCodes {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("Code(%d)", uint8(c))
+}
+
+// ParseCode returns the code whose wire name is s.
+func ParseCode(s string) (Code, bool) {
+	for c, name := range codeNames {
+		if name == s {
+			return Code(c), true
+		}
+	}
+	return 0, false
+}
+
+// Codes returns every code, CodeOK first, for tables that must cover them all.
+func Codes() []Code {
+	codes := make([]Code, numCodes)
+	for i := range codes {
+		codes[i] = Code(i)
+	}
+	return codes
+}
+
+// retryable reports whether the code is worth another attempt by its nature;
+// for CodeExecutionFailed the classifier decides instead.
+func (c Code) retryable() bool {
+	switch c {
+	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable:
+		return true
+	}
+	return false
+}
+
+// MarshalText encodes the code as its wire name.
+func (c Code) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText decodes a wire name.
+func (c *Code) UnmarshalText(b []byte) error {
+	v, ok := ParseCode(string(b))
+	if !ok {
+		return fmt.Errorf("agentsafe: unknown code %q", b)
+	}
+	*c = v
+	return nil
+}

@@ -1,0 +1,156 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentsafe/agentsafe/internal/ids"
+	retry "github.com/sethvargo/go-retry"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// Engine runs governed executions. Build one with [New]; it is safe for
+// concurrent use and holds no per-call state.
+type Engine struct {
+	cfg   config
+	caps  map[string]*capability
+	sinks []*guardedSink
+}
+
+// capability is a validated Capability with its defaults resolved, plus the
+// run-time state the engine keeps per procedure.
+type capability struct {
+	Capability
+	procedure string
+	// timeout of one attempt, backoff base and approval expiry, resolved
+	// against the engine defaults.
+	timeout   time.Duration
+	backoff   time.Duration
+	expiresIn time.Duration
+	// explicitTimeout is what a stream honours: a timeout only if set.
+	explicitTimeout time.Duration
+	// abandoned counts attempts left behind at their deadline that have not
+	// returned yet.
+	abandoned atomic.Int64
+}
+
+// New validates every capability of reg (which may be nil) and of the
+// protobuf method options it finds (in protoregistry.GlobalFiles unless
+// [WithProtoFiles] says otherwise), and returns an engine. A registry entry
+// replaces the option of the same procedure as a whole. All problems,
+// options included, are reported at once, in a *[ValidationError] whose
+// entries name procedure and field.
+func New(reg *Registry, opts ...Option) (*Engine, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	var errs []error
+	for _, p := range cfg.problems {
+		errs = append(errs, errors.New("agentsafe: "+p))
+	}
+	files := protoregistry.GlobalFiles
+	if cfg.filesSet {
+		files = cfg.files
+	}
+	fromOptions, optionProblems := scanOptions(files)
+	merged, err := buildCapabilities(fromOptions, optionProblems, reg)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if cfg.newID == nil {
+		cfg.newID = ids.New
+	}
+	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged))}
+	for proc, c := range merged {
+		e.caps[proc] = e.resolve(proc, c)
+	}
+	for _, s := range cfg.sinks {
+		e.sinks = append(e.sinks, &guardedSink{sink: s, bound: cfg.sinkTimeout})
+	}
+	return e, nil
+}
+
+func (e *Engine) resolve(proc string, c Capability) *capability {
+	rc := &capability{Capability: c, procedure: proc, timeout: c.Timeout, backoff: c.Retry.Backoff, expiresIn: c.Approval.ExpiresIn, explicitTimeout: c.Timeout}
+	if rc.timeout == 0 {
+		rc.timeout = e.cfg.defaultTimeout
+	}
+	if rc.backoff == 0 {
+		rc.backoff = e.cfg.defaultBackoff
+	}
+	if rc.expiresIn == 0 {
+		rc.expiresIn = e.cfg.defaultExpiry
+	}
+	return rc
+}
+
+// Lookup returns the capability governing procedure with its defaults
+// resolved (Timeout, Retry.Backoff and Approval.ExpiresIn filled in).
+func (e *Engine) Lookup(procedure string) (Capability, bool) {
+	c, ok := e.caps[procedure]
+	if !ok {
+		return Capability{}, false
+	}
+	return c.resolved(), true
+}
+
+func (c *capability) resolved() Capability {
+	out := c.Capability
+	out.Timeout, out.Retry.Backoff, out.Approval.ExpiresIn = c.timeout, c.backoff, c.expiresIn
+	return out
+}
+
+// Governs reports whether a call to procedure ends in an envelope: it has a
+// capability, or the engine is strict and the procedure is not exempt.
+// Adapters pass other calls straight to the handler.
+func (e *Engine) Governs(procedure string) bool {
+	if _, ok := e.caps[procedure]; ok {
+		return true
+	}
+	return e.cfg.strict && !exempt(procedure)
+}
+
+// exempt lists the procedures strict mode never refuses: infrastructure a
+// load balancer or tool calls without metadata.
+func exempt(procedure string) bool {
+	return strings.HasPrefix(procedure, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(procedure, "/grpc.reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(procedure, "/grpc.reflection.v1alpha.ServerReflection/")
+}
+
+// Capabilities iterates every governed procedure and its capability (defaults
+// resolved), sorted by procedure. Use [Capability.Hints] for tool listings.
+func (e *Engine) Capabilities() iter.Seq2[string, Capability] {
+	return func(yield func(string, Capability) bool) {
+		for _, proc := range sortedKeys(e.caps) {
+			if !yield(proc, e.caps[proc].resolved()) {
+				return
+			}
+		}
+	}
+}
+
+// newBackoff returns the backoff sequence of one execution: exponential from
+// the capability's base, capped, with optional jitter. A go-retry Backoff
+// holds state, so every execution gets its own.
+func (e *Engine) newBackoff(base time.Duration) retry.Backoff {
+	b := retry.WithCappedDuration(e.cfg.maxBackoff, retry.NewExponential(base))
+	if e.cfg.jitter > 0 {
+		b = retry.WithCappedDuration(e.cfg.maxBackoff, retry.WithJitter(e.cfg.jitter, b))
+	}
+	return b
+}
+
+func (e *Engine) String() string {
+	return fmt.Sprintf("agentsafe.Engine(%d capabilities, strict=%t)", len(e.caps), e.cfg.strict)
+}

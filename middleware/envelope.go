@@ -1,0 +1,71 @@
+package middleware
+
+import "time"
+
+// Status is how an execution ended, as the caller sees it.
+type Status uint8
+
+// The statuses of an envelope.
+const (
+	StatusCompleted Status = iota + 1
+	StatusFailed
+	StatusCancelled
+	StatusApprovalRequired
+)
+
+var statusNames = [...]string{"", "completed", "failed", "cancelled", "approval_required"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "unknown"
+}
+
+// ParseStatus returns the status whose wire name is s.
+func ParseStatus(s string) (Status, bool) {
+	for i, name := range statusNames {
+		if i > 0 && name == s {
+			return Status(i), true
+		}
+	}
+	return 0, false
+}
+
+// Envelope is the single result of one execution. The engine builds it once,
+// in one place; adapters write it to the wire and ship a function that reads
+// it back.
+type Envelope struct {
+	ExecutionID string
+	Procedure   string
+	Status      Status
+	// Error is nil when Status is StatusCompleted.
+	Error      *EnvelopeError
+	Attempts   int
+	Duration   time.Duration
+	ApprovalID string
+}
+
+// EnvelopeError is the part of a failure the caller may see.
+type EnvelopeError struct {
+	Code    Code
+	Message string
+	// Retryable means safe for the caller to re-invoke: the code is
+	// retryable AND the capability is none/read or declared idempotent. A
+	// timed-out payment reports false: re-invoking it would run it again
+	// under a new idempotency key.
+	Retryable bool
+}
+
+// statusFor maps a final code to the envelope status.
+func statusFor(c Code) Status {
+	switch c {
+	case CodeOK:
+		return StatusCompleted
+	case CodeTimeout, CodeCancelled:
+		return StatusCancelled
+	case CodeApprovalRequired:
+		return StatusApprovalRequired
+	}
+	return StatusFailed
+}

@@ -1,0 +1,91 @@
+package middleware
+
+import (
+	"context"
+	"time"
+)
+
+// EventType names an audit event.
+type EventType string
+
+// The event types. Every execution emits EventRequested first and exactly one
+// of EventCompleted, EventFailed or EventCancelled last.
+const (
+	EventRequested         EventType = "capability.requested"
+	EventApprovalRequested EventType = "capability.approval_requested"
+	EventApproved          EventType = "capability.approved"
+	EventRejected          EventType = "capability.rejected"
+	EventApprovalConsumed  EventType = "capability.approval_consumed"
+	EventApprovalDenied    EventType = "capability.approval_denied"
+	EventStarted           EventType = "capability.started"
+	EventRetried           EventType = "capability.retried"
+	// EventAbandonedResult reports that an attempt abandoned at its deadline
+	// returned after all, and whether it succeeded: an effect may have landed
+	// after the caller was told TIMEOUT. An attempt that returns its
+	// context's error stopped because it was told to and is not reported.
+	EventAbandonedResult EventType = "capability.abandoned_result"
+	EventCompleted       EventType = "capability.completed"
+	EventFailed          EventType = "capability.failed"
+	EventCancelled       EventType = "capability.cancelled"
+)
+
+// Final reports whether t ends an execution.
+func (t EventType) Final() bool {
+	return t == EventCompleted || t == EventFailed || t == EventCancelled
+}
+
+// Event is one audit record. It never carries a request or response payload:
+// only ids, the input digest, codes and counts. Fields a type does not use
+// are zero.
+type Event struct {
+	Type        EventType
+	Time        time.Time
+	ExecutionID string
+	Procedure   string
+	Actor       ActorRef
+	// InputDigest is keyed (HMAC) when the engine has a digest key.
+	InputDigest string
+	SideEffect  SideEffect
+	Risk        Risk
+	// Attempt is the attempt an event is about (started, retried,
+	// abandoned_result); Attempts the count on final events.
+	Attempt           int
+	Attempts          int
+	PreviousErrorCode Code
+	Code              Code
+	Retryable         bool
+	Duration          time.Duration
+	ApprovalID        string
+	Approver          ActorRef
+	Comment           string
+	// Reason says why an approval was requested or denied.
+	Reason string
+	// Succeeded, on abandoned_result, says whether the late attempt succeeded:
+	// an effect may have landed after the caller was told TIMEOUT.
+	Succeeded bool
+	// Error is the redacted text of the underlying error.
+	Error string
+	// Stack is the handler's stack when it panicked.
+	Stack string
+}
+
+// ActorRef identifies an actor on events without its delegation chain.
+type ActorRef struct {
+	ID     string
+	Tenant string
+}
+
+// EventSink receives events. The engine calls it synchronously, in order
+// within one execution, and concurrently across executions; a sink that
+// panics, or that has not returned within the engine's bound, never breaks or
+// stalls the execution (see [WithSinkTimeout]). Slow sinks belong behind
+// [NewAsyncSink].
+type EventSink interface {
+	HandleEvent(ctx context.Context, e Event)
+}
+
+// EventSinkFunc adapts a function to [EventSink].
+type EventSinkFunc func(ctx context.Context, e Event)
+
+// HandleEvent calls f.
+func (f EventSinkFunc) HandleEvent(ctx context.Context, e Event) { f(ctx, e) }

@@ -1,0 +1,256 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+func TestEventSequences(t *testing.T) {
+	const (
+		req  = middleware.EventRequested
+		st   = middleware.EventStarted
+		re   = middleware.EventRetried
+		done = middleware.EventCompleted
+		fail = middleware.EventFailed
+		canc = middleware.EventCancelled
+	)
+	type step struct {
+		attempt  int
+		previous middleware.Code
+	}
+	for _, tc := range []struct {
+		name     string
+		cancelAt time.Duration
+		fn       func(n int32) middleware.AttemptFunc
+		want     []middleware.EventType
+		retried  []step
+		final    middleware.Code
+		attempts int
+	}{
+		{name: "success", fn: func(int32) middleware.AttemptFunc {
+			return func(context.Context) (any, error) { return nil, nil }
+		}, want: []middleware.EventType{req, st, done}, attempts: 1},
+		{name: "retry then success", fn: func(n int32) middleware.AttemptFunc {
+			return func(ctx context.Context) (any, error) {
+				if n < 3 {
+					return nil, errTransient
+				}
+				return nil, nil
+			}
+		}, want: []middleware.EventType{req, st, re, re, done}, retried: []step{{2, middleware.CodeExecutionFailed}, {3, middleware.CodeExecutionFailed}}, attempts: 3},
+		{name: "failure", fn: func(int32) middleware.AttemptFunc {
+			return func(context.Context) (any, error) { return nil, errors.New("permanent") }
+		}, want: []middleware.EventType{req, st, fail}, final: middleware.CodeExecutionFailed, attempts: 1},
+		{name: "timeout then timeout", fn: func(int32) middleware.AttemptFunc {
+			return func(ctx context.Context) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
+		}, want: []middleware.EventType{req, st, re, re, re, canc}, retried: []step{{2, middleware.CodeTimeout}, {3, middleware.CodeTimeout}, {4, middleware.CodeTimeout}}, final: middleware.CodeTimeout, attempts: 4},
+		{name: "cancellation", cancelAt: 50 * time.Millisecond, fn: func(int32) middleware.AttemptFunc {
+			return func(ctx context.Context) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
+		}, want: []middleware.EventType{req, st, canc}, final: middleware.CodeCancelled, attempts: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, procRead, read(3, 100*time.Millisecond))
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				if tc.cancelAt > 0 {
+					time.AfterFunc(tc.cancelAt, cancel)
+				}
+				var n atomic.Int32
+				_, env, _ := f.run(ctx, procRead, func(ctx context.Context) (any, error) { return tc.fn(n.Add(1))(ctx) })
+				f.wantTypes(env.ExecutionID, tc.want...)
+				evs := f.rec.Execution(env.ExecutionID)
+				var retried []step
+				for _, e := range evs {
+					if e.ExecutionID != env.ExecutionID || e.Procedure != procRead || e.SideEffect != middleware.SideEffectRead {
+						t.Errorf("event %s lacks the execution's identity: %+v", e.Type, e)
+					}
+					if e.Type == middleware.EventRetried {
+						retried = append(retried, step{e.Attempt, e.PreviousErrorCode})
+					}
+					if e.Type == middleware.EventStarted && e.Attempt != 1 {
+						t.Errorf("started event attempt = %d, want 1", e.Attempt)
+					}
+				}
+				if len(retried) != len(tc.retried) {
+					t.Fatalf("retried events %v, want %v", retried, tc.retried)
+				}
+				for i := range retried {
+					if retried[i] != tc.retried[i] {
+						t.Errorf("retried[%d] = %+v, want %+v", i, retried[i], tc.retried[i])
+					}
+				}
+				final := evs[len(evs)-1]
+				if final.Code != tc.final || final.Attempts != tc.attempts || env.Attempts != tc.attempts {
+					t.Errorf("final event code %s attempts %d (envelope %d), want %s and %d", final.Code, final.Attempts, env.Attempts, tc.final, tc.attempts)
+				}
+				if final.Duration != env.Duration {
+					t.Errorf("final event duration %s, envelope %s", final.Duration, env.Duration)
+				}
+			})
+		})
+	}
+}
+
+func TestFailingSinksNeverBreakOrStallAnExecution(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		block := make(chan struct{})
+		var blockedCalls atomic.Int32
+		rec := &middleware.EventRecorder{}
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, read(0, time.Second)),
+			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { panic("sink bug") })),
+			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { blockedCalls.Add(1); <-block })),
+			middleware.WithEventSink(rec),
+			middleware.WithSinkTimeout(10*time.Millisecond),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		v, env, err := eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) (any, error) { return "ok", nil })
+		if err != nil || v != "ok" {
+			t.Fatalf("execution broke with failing sinks: %v", err)
+		}
+		// One bounded wait for the first stuck call; later events skip the stuck sink.
+		if took := time.Since(start); took != 10*time.Millisecond {
+			t.Errorf("execution took %s with a blocking sink, want the one 10ms bound", took)
+		}
+		if blockedCalls.Load() != 1 {
+			t.Errorf("a stuck sink was called %d times; it should be skipped while stuck", blockedCalls.Load())
+		}
+		if len(rec.Execution(env.ExecutionID)) != 3 {
+			t.Errorf("healthy sink got %d events, want 3", len(rec.Execution(env.ExecutionID)))
+		}
+		close(block)
+		synctest.Wait()
+		// Unstuck, the sink receives events again.
+		eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) (any, error) { return nil, nil })
+		if blockedCalls.Load() != 4 {
+			t.Errorf("recovered sink was called %d times in all, want 1+3", blockedCalls.Load())
+		}
+	})
+}
+
+func TestSlogSinkLogsIdsNotPayloads(t *testing.T) {
+	var buf bytes.Buffer
+	eng, err := middleware.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+		middleware.WithEventSink(middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, env, _ := eng.Execute(t.Context(), middleware.Call{Procedure: procWrite, Input: middleware.JSONInput([]byte(`{"card":"4111-1111"}`))},
+		func(context.Context) (any, error) { return nil, errors.New("boom") })
+	out := buf.String()
+	for _, want := range []string{`"msg":"capability.requested"`, `"msg":"capability.failed"`, `"level":"WARN"`, env.ExecutionID, `"input_digest":"sha256:`, `"code":"EXECUTION_FAILED"`, `"error":"boom"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("slog output lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "4111") {
+		t.Errorf("a payload reached the log:\n%s", out)
+	}
+}
+
+func TestDigestKeyHidesTheInputDigestOnEvents(t *testing.T) {
+	in := middleware.JSONInput([]byte(`{"amount":5}`))
+	plain, err := middleware.Digest(procRead, in)
+	if err != nil || !strings.HasPrefix(plain, "sha256:") {
+		t.Fatalf("Digest = %q, %v", plain, err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []middleware.Option
+		want func(string) bool
+	}{
+		{"plain", nil, func(d string) bool { return d == plain }},
+		{"keyed", []middleware.Option{middleware.WithDigestKey([]byte("deployment secret"))}, func(d string) bool {
+			return strings.HasPrefix(d, "hmac-sha256:") && !strings.Contains(d, plain[len("sha256:"):])
+		}},
+	} {
+		f := newFixture(t, procRead, read(0, time.Second), tc.opts...)
+		_, env, _ := f.eng.Execute(t.Context(), middleware.Call{Procedure: procRead, Input: in}, func(context.Context) (any, error) { return nil, nil })
+		for _, e := range f.rec.Execution(env.ExecutionID) {
+			if !tc.want(e.InputDigest) {
+				t.Errorf("%s: event %s digest %q", tc.name, e.Type, e.InputDigest)
+			}
+		}
+	}
+}
+
+func TestAsyncSinkDeliversInOrderAndDropsWhenFull(t *testing.T) {
+	rec := &middleware.EventRecorder{}
+	a := middleware.NewAsyncSink(rec, 1000)
+	for i := range 100 {
+		a.HandleEvent(t.Context(), middleware.Event{Attempt: i})
+	}
+	a.Close()
+	a.Close() // idempotent
+	evs := rec.Events()
+	if len(evs) != 100 {
+		t.Fatalf("delivered %d events, want 100", len(evs))
+	}
+	for i, e := range evs {
+		if e.Attempt != i {
+			t.Fatalf("event %d delivered out of order", i)
+		}
+	}
+	a.HandleEvent(t.Context(), middleware.Event{})
+	if a.Dropped() != 1 {
+		t.Errorf("an event after Close was not counted as dropped: %d", a.Dropped())
+	}
+
+	block := make(chan struct{})
+	slow := middleware.NewAsyncSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { <-block }), 1)
+	for range 5 {
+		slow.HandleEvent(t.Context(), middleware.Event{})
+	}
+	if slow.Dropped() < 3 {
+		t.Errorf("a full queue dropped %d of 5, want at least 3", slow.Dropped())
+	}
+	close(block)
+	slow.Close()
+}
+
+func TestActorFunction(t *testing.T) {
+	type key struct{}
+	actorOf := func(ctx context.Context) (middleware.Actor, error) {
+		if id, ok := ctx.Value(key{}).(string); ok {
+			return middleware.Actor{ID: id, Tenant: "acme", Kind: "agent"}, nil
+		}
+		return middleware.Actor{}, errors.New("no credentials")
+	}
+	f := newFixture(t, procRead, read(0, time.Second), middleware.WithActor(actorOf))
+
+	var ran atomic.Bool
+	_, env, err := f.run(t.Context(), procRead, func(context.Context) (any, error) { ran.Store(true); return nil, nil })
+	wantCode(t, env, err, middleware.CodeUnauthenticated)
+	if ran.Load() {
+		t.Fatal("the handler ran although the actor function failed")
+	}
+
+	ctx := context.WithValue(t.Context(), key{}, "agent-7")
+	var seen middleware.Actor
+	_, env, err = f.run(ctx, procRead, func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		seen = x.Actor
+		return nil, nil
+	})
+	wantCode(t, env, err, middleware.CodeOK)
+	if seen.ID != "agent-7" || seen.Tenant != "acme" {
+		t.Errorf("handler saw actor %+v", seen)
+	}
+	for _, e := range f.rec.Execution(env.ExecutionID) {
+		if e.Actor != (middleware.ActorRef{ID: "agent-7", Tenant: "acme"}) {
+			t.Errorf("event %s actor = %+v", e.Type, e.Actor)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	procRead      = "/test.v1.Svc/Read"
+	procWrite     = "/test.v1.Svc/Write"
+	procIdemWrite = "/test.v1.Svc/IdempotentWrite"
+)
+
+// fixture is an engine with a recorder, built from one capability per test.
+type fixture struct {
+	t   *testing.T
+	eng *middleware.Engine
+	rec *middleware.EventRecorder
+}
+
+func newFixture(t *testing.T, procedure string, c middleware.Capability, opts ...middleware.Option) *fixture {
+	t.Helper()
+	rec := &middleware.EventRecorder{}
+	opts = append([]middleware.Option{middleware.WithEventSink(rec)}, opts...)
+	eng, err := middleware.New(middleware.NewRegistry().Register(procedure, c), opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return &fixture{t: t, eng: eng, rec: rec}
+}
+
+func (f *fixture) run(ctx context.Context, procedure string, fn middleware.AttemptFunc) (any, middleware.Envelope, error) {
+	return f.eng.Execute(ctx, middleware.Call{Procedure: procedure}, fn)
+}
+
+// types returns the event types of one execution, in order.
+func (f *fixture) types(executionID string) []middleware.EventType {
+	var out []middleware.EventType
+	for _, e := range f.rec.Execution(executionID) {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func (f *fixture) wantTypes(executionID string, want ...middleware.EventType) {
+	f.t.Helper()
+	if got := f.types(executionID); !slices.Equal(got, want) {
+		f.t.Errorf("events of %s:\n got %v\nwant %v", executionID, got, want)
+	}
+}
+
+func (f *fixture) final(executionID string) middleware.Event {
+	f.t.Helper()
+	evs := f.rec.Execution(executionID)
+	if len(evs) == 0 || !evs[len(evs)-1].Type.Final() {
+		f.t.Fatalf("execution %s has no final event: %v", executionID, evs)
+	}
+	return evs[len(evs)-1]
+}
+
+// counter is a handler that records what each attempt saw.
+type counter struct {
+	runs atomic.Int32
+	seen chan middleware.Execution
+}
+
+func newCounter() *counter { return &counter{seen: make(chan middleware.Execution, 64)} }
+
+func (c *counter) note(ctx context.Context) middleware.Execution {
+	c.runs.Add(1)
+	x, _ := middleware.ExecutionFromContext(ctx)
+	c.seen <- x
+	return x
+}
+
+func (c *counter) executions() []middleware.Execution {
+	var out []middleware.Execution
+	for {
+		select {
+		case x := <-c.seen:
+			out = append(out, x)
+		default:
+			return out
+		}
+	}
+}
+
+var errTransient = middleware.Retryable(errors.New("transient: backend unavailable"))
+
+func wantCode(t *testing.T, env middleware.Envelope, err error, code middleware.Code) {
+	t.Helper()
+	if got := middleware.CodeOf(err); got != code {
+		t.Fatalf("CodeOf(err) = %s, want %s (err: %v)", got, code, err)
+	}
+	if code == middleware.CodeOK {
+		if env.Error != nil || env.Status != middleware.StatusCompleted {
+			t.Fatalf("envelope %+v, want completed", env)
+		}
+		return
+	}
+	if env.Error == nil || env.Error.Code != code {
+		t.Fatalf("envelope error %+v, want code %s", env.Error, code)
+	}
+}
+
+func read(retries int, timeout time.Duration) middleware.Capability {
+	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxAttempts: retries, Backoff: 10 * time.Millisecond}}
+}

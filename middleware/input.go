@@ -1,0 +1,66 @@
+package middleware
+
+import (
+	"net/http"
+
+	"github.com/agentsafe/agentsafe/internal/digest"
+	"google.golang.org/protobuf/proto"
+)
+
+// Input is a call's input in a form the engine can bind: the input digest
+// of approvals and events is computed from it, only when something needs it.
+// Build one with [JSONInput], [ProtoInput] or [HTTPInput]; every adapter
+// uses these, so one input gives the same digest through any adapter.
+type Input interface {
+	digest(procedure string) (string, error)
+}
+
+// JSONInput binds a JSON document by its RFC 8785 canonical form.
+func JSONInput(body []byte) Input { return jsonInput(body) }
+
+type jsonInput []byte
+
+func (j jsonInput) digest(procedure string) (string, error) { return digest.JSON(procedure, j) }
+
+// ProtoInput binds a protobuf message through protojson with pinned
+// options, then its canonical JSON form. Messages with unknown fields cannot
+// be bound.
+func ProtoInput(m proto.Message) Input { return protoInput{m} }
+
+type protoInput struct{ m proto.Message }
+
+func (p protoInput) digest(procedure string) (string, error) { return digest.Proto(procedure, p.m) }
+
+// HTTPInput binds a net/http request: method, cleaned path, sorted query,
+// the headers named in bound, and the body (canonical JSON for JSON media
+// types, raw bytes otherwise). body is the complete request body, read by
+// the caller; r.Body is not touched.
+func HTTPInput(r *http.Request, body []byte, bound ...string) Input {
+	return httpInput{digest.HTTPRequest{
+		Method:       r.Method,
+		Path:         r.URL.EscapedPath(),
+		Query:        r.URL.Query(),
+		Header:       r.Header,
+		BoundHeaders: bound,
+		Body:         body,
+	}}
+}
+
+type httpInput struct{ r digest.HTTPRequest }
+
+func (h httpInput) digest(procedure string) (string, error) {
+	h.r.Procedure = procedure
+	return digest.HTTP(h.r)
+}
+
+// Digest returns the input digest of in for procedure, as approvals bind
+// it: "sha256:" and 64 hex digits. The error wraps the reason an input
+// cannot be bound (not I-JSON, unknown protobuf fields).
+func Digest(procedure string, in Input) (string, error) {
+	if in == nil {
+		return "", nil
+	}
+	return in.digest(procedure)
+}
+
+func (e *Engine) keyedDigest(d string) string { return digest.Keyed(e.cfg.digestKey, d) }

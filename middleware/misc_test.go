@@ -1,0 +1,186 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+func TestBadInputGetsClearErrorsNotPanics(t *testing.T) {
+	f := newFixture(t, procRead, read(0, time.Second))
+	_, env, err := f.eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, nil)
+	if middleware.CodeOf(err) != middleware.CodeInvalidArgument || !strings.Contains(err.Error(), "non-nil AttemptFunc") || env.ExecutionID != "" {
+		t.Errorf("nil attempt function: %v", err)
+	}
+	_, err = f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, nil)
+	if middleware.CodeOf(err) != middleware.CodeInvalidArgument {
+		t.Errorf("nil stream function: %v", err)
+	}
+
+	var ran atomic.Bool
+	_, env, err = f.eng.Execute(t.Context(), middleware.Call{Procedure: procRead, ApprovalID: "apr_not-hex"}, func(context.Context) (any, error) { ran.Store(true); return nil, nil })
+	wantCode(t, env, err, middleware.CodeInvalidArgument)
+	if !strings.Contains(env.Error.Message, "Agentsafe-Approval-Id") || ran.Load() {
+		t.Errorf("malformed approval header: message %q, ran %v", env.Error.Message, ran.Load())
+	}
+}
+
+func TestUngovernedProceduresPassThroughUnlessStrict(t *testing.T) {
+	f := newFixture(t, procRead, read(0, time.Second))
+	v, env, err := f.eng.Execute(t.Context(), middleware.Call{Procedure: "/x.V1/Other"}, func(ctx context.Context) (any, error) {
+		if _, ok := middleware.ExecutionFromContext(ctx); ok {
+			t.Error("an ungoverned call ran inside an execution")
+		}
+		return "through", nil
+	})
+	if v != "through" || err != nil || env.ExecutionID != "" || f.eng.Governs("/x.V1/Other") {
+		t.Fatalf("pass-through: %v %+v %v", v, env, err)
+	}
+	if len(f.rec.Events()) != 0 {
+		t.Error("an ungoverned call emitted events")
+	}
+
+	strict := newFixture(t, procRead, read(0, time.Second), middleware.WithStrict())
+	var ran atomic.Bool
+	_, env, err = strict.eng.Execute(t.Context(), middleware.Call{Procedure: "/x.V1/Other"}, func(context.Context) (any, error) { ran.Store(true); return nil, nil })
+	wantCode(t, env, err, middleware.CodeCapabilityNotFound)
+	if ran.Load() {
+		t.Fatal("strict mode ran an ungoverned procedure")
+	}
+	strict.wantTypes(env.ExecutionID, middleware.EventRequested, middleware.EventFailed)
+	for _, p := range []string{"/grpc.health.v1.Health/Check", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"} {
+		if strict.eng.Governs(p) {
+			t.Errorf("strict mode governs %s, which is always exempt", p)
+		}
+	}
+}
+
+func TestStreamRunsOnceSynchronouslyWithIDs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxAttempts: 3}})
+		var runs atomic.Int32
+		env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) error {
+			runs.Add(1)
+			x, ok := middleware.ExecutionFromContext(ctx)
+			if !ok || x.ID == "" || x.Attempt != 1 {
+				t.Errorf("stream handler saw %+v", x)
+			}
+			if _, has := ctx.Deadline(); has {
+				t.Error("a stream got a deadline its capability never set")
+			}
+			return errTransient
+		})
+		wantCode(t, env, err, middleware.CodeExecutionFailed)
+		if runs.Load() != 1 {
+			t.Fatalf("a stream ran %d times; streams are never retried", runs.Load())
+		}
+		f.wantTypes(env.ExecutionID, middleware.EventRequested, middleware.EventStarted, middleware.EventFailed)
+	})
+}
+
+func TestStreamTimeoutOnlyWhenSet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true, Timeout: 50 * time.Millisecond})
+		env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		wantCode(t, env, err, middleware.CodeTimeout)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		env, err = f.eng.ExecuteStream(ctx, middleware.Call{Procedure: procRead}, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+		wantCode(t, env, err, middleware.CodeCancelled)
+	})
+}
+
+func TestStreamPanicIsRecovered(t *testing.T) {
+	f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true})
+	env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) error { panic("stream bug") })
+	wantCode(t, env, err, middleware.CodeExecutionFailed)
+}
+
+func TestErrAbortHandlerIsReraisedAfterFinalizing(t *testing.T) {
+	f := newFixture(t, procRead, read(2, time.Second))
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		f.run(t.Context(), procRead, func(context.Context) (any, error) { panic(http.ErrAbortHandler) })
+	}()
+	if got != http.ErrAbortHandler {
+		t.Fatalf("recovered %v, want http.ErrAbortHandler re-raised on the caller's goroutine", got)
+	}
+	evs := f.rec.Events()
+	if last := evs[len(evs)-1]; last.Type != middleware.EventFailed || last.Attempts != 1 {
+		t.Errorf("the aborted execution was not finalized once before the re-raise: %+v", last)
+	}
+}
+
+func TestCodesAndClassifier(t *testing.T) {
+	for _, c := range middleware.Codes() {
+		parsed, ok := middleware.ParseCode(c.String())
+		if !ok || parsed != c || strings.HasPrefix(c.String(), "Code(") {
+			t.Errorf("code %d does not round-trip: %q", c, c.String())
+		}
+	}
+	if middleware.CodeOf(nil) != middleware.CodeOK || middleware.CodeOf(errors.New("x")) != middleware.CodeExecutionFailed ||
+		middleware.CodeOf(fmt.Errorf("wrapped: %w", middleware.NewError(middleware.CodeTimeout, "t"))) != middleware.CodeTimeout {
+		t.Error("CodeOf misclassifies")
+	}
+	if middleware.Retryable(nil) != nil {
+		t.Error("Retryable(nil) must be nil")
+	}
+	base := errors.New("base")
+	if r := middleware.Retryable(base); !errors.Is(r, base) || !middleware.DefaultClassifier(r) || middleware.DefaultClassifier(base) {
+		t.Error("Retryable must mark transient and keep the chain")
+	}
+	if !middleware.NewError(middleware.CodeTimeout, "").Retryable || middleware.NewError(middleware.CodeCancelled, "").Retryable {
+		t.Error("NewError must take retryability from the code table")
+	}
+
+	// A replaced classifier decides.
+	f := newFixture(t, procRead, read(1, time.Second), middleware.WithClassifier(func(err error) bool { return strings.Contains(err.Error(), "503") }))
+	var runs atomic.Int32
+	f.run(t.Context(), procRead, func(context.Context) (any, error) { runs.Add(1); return nil, errors.New("upstream said 503") })
+	if runs.Load() != 2 {
+		t.Errorf("custom classifier: %d runs, want 2", runs.Load())
+	}
+}
+
+func TestRedactorShapesEventErrors(t *testing.T) {
+	f := newFixture(t, procRead, read(0, time.Second), middleware.WithRedactor(func(error) string { return "[redacted]" }))
+	_, env, _ := f.run(t.Context(), procRead, func(context.Context) (any, error) { return nil, errors.New("token=abc") })
+	if ev := f.final(env.ExecutionID); ev.Error != "[redacted]" {
+		t.Errorf("event error = %q, want the redactor's output", ev.Error)
+	}
+}
+
+func TestClockAndIDGeneratorOptions(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var n atomic.Int32
+	f := newFixture(t, procRead, read(0, time.Second),
+		middleware.WithClock(func() time.Time { return at }),
+		middleware.WithIDGenerator(func(prefix string) string { return fmt.Sprintf("%s%d", prefix, n.Add(1)) }))
+	var key string
+	_, env, _ := f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		key = x.IdempotencyKey
+		return nil, nil
+	})
+	if env.ExecutionID != "exe_1" || key != "idk_2" {
+		t.Errorf("ids = %s, %s", env.ExecutionID, key)
+	}
+	for _, e := range f.rec.Events() {
+		if !e.Time.Equal(at) {
+			t.Errorf("event time %s, want the injected clock", e.Time)
+		}
+	}
+}

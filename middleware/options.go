@@ -1,0 +1,101 @@
+package middleware
+
+import (
+	"fmt"
+	"time"
+
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// WithProtoFiles makes the engine read method options from files instead of
+// protoregistry.GlobalFiles. Nil turns option scanning off, leaving only the
+// registry.
+func WithProtoFiles(files *protoregistry.Files) Option {
+	return optionFunc(func(c *config) { c.files, c.filesSet = files, true })
+}
+
+// Procedure returns the procedure name of a method: "/package.Service/Method".
+func Procedure(md protoreflect.MethodDescriptor) string {
+	return "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
+}
+
+// CapabilityFromOptions reads the agentsafe.v1.capability option of md. It
+// reports false when the method carries none. The capability is not
+// validated here; [New] validates every one it finds. The problems returned
+// are what no Capability can express (a malformed duration, an
+// idempotency_level that contradicts the side effect); New reports them with
+// the others.
+func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, []*FieldError) {
+	opts, ok := md.Options().(*descriptorpb.MethodOptions)
+	if !ok || opts == nil || !proto.HasExtension(opts, agentsafev1.E_Capability) {
+		return Capability{}, false, nil
+	}
+	pc, _ := proto.GetExtension(opts, agentsafev1.E_Capability).(*agentsafev1.Capability)
+	proc := Procedure(md)
+	var problems []*FieldError
+	bad := func(field, format string, args ...any) {
+		problems = append(problems, &FieldError{proc, "option", field, fmt.Sprintf(format, args...)})
+	}
+	c := Capability{
+		Description: pc.GetDescription(),
+		Idempotent:  pc.GetIdempotent(),
+		ToolName:    pc.GetToolName(),
+		Streaming:   md.IsStreamingClient() || md.IsStreamingServer(),
+		Retry:       Retry{MaxAttempts: int(pc.GetRetry().GetMaxAttempts())},
+		Approval:    Approval{Required: pc.GetApproval().GetRequired(), Type: pc.GetApproval().GetType()},
+	}
+	// The enums share their numbering with SideEffect and Risk (shifted by
+	// the unspecified value), so unknown numbers become invalid values that
+	// validation reports by name.
+	c.SideEffect = SideEffect(pc.GetSideEffect())
+	if r := pc.GetRisk(); r != agentsafev1.Risk_RISK_UNSPECIFIED {
+		c.Risk = Risk(r - 1)
+	}
+	dur := func(field string, d *durationpb.Duration) time.Duration {
+		if d == nil {
+			return 0
+		}
+		if err := d.CheckValid(); err != nil {
+			bad(field, "%v", err)
+			return 0
+		}
+		return d.AsDuration()
+	}
+	c.Timeout = dur("Timeout", pc.GetTimeout())
+	c.Retry.Backoff = dur("Retry.Backoff", pc.GetRetry().GetBackoff())
+	c.Approval.ExpiresIn = dur("Approval.ExpiresIn", pc.GetApproval().GetExpiresIn())
+	if opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS && c.SideEffect.WriteLike() {
+		bad("idempotency_level", "NO_SIDE_EFFECTS contradicts side effect %s, which is write-like", c.SideEffect)
+	}
+	return c, true, problems
+}
+
+// scanOptions collects the capability of every method in files that carries
+// the option, with the problems found reading them.
+func scanOptions(files *protoregistry.Files) ([]registryEntry, []*FieldError) {
+	if files == nil {
+		return nil, nil
+	}
+	var entries []registryEntry
+	var problems []*FieldError
+	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		services := fd.Services()
+		for i := range services.Len() {
+			methods := services.Get(i).Methods()
+			for j := range methods.Len() {
+				c, ok, p := CapabilityFromOptions(methods.Get(j))
+				if ok {
+					entries = append(entries, registryEntry{Procedure(methods.Get(j)), c})
+					problems = append(problems, p...)
+				}
+			}
+		}
+		return true
+	})
+	return entries, problems
+}

@@ -1,0 +1,112 @@
+package middleware_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // registers the test service's options
+	"github.com/agentsafe/agentsafe/middleware"
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func TestMethodOptionsAreReadAtStartUp(t *testing.T) {
+	eng, err := middleware.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := eng.Lookup("/agentsafe.test.v1.TestService/Read")
+	if !ok || c.SideEffect != middleware.SideEffectRead || c.Retry.MaxAttempts != 2 || c.Retry.Backoff != time.Millisecond || c.Timeout != time.Second {
+		t.Errorf("Read from options = %+v, %v", c, ok)
+	}
+	c, _ = eng.Lookup("/agentsafe.test.v1.TestService/Gated")
+	if !c.Approval.Required || c.Approval.Type != "manager" || c.Risk != middleware.RiskHigh || c.Approval.ExpiresIn != 15*time.Minute {
+		t.Errorf("Gated from options = %+v", c)
+	}
+	if c, _ := eng.Lookup("/agentsafe.test.v1.TestService/Stream"); !c.Streaming {
+		t.Error("a server-streaming method is not marked Streaming")
+	}
+	if eng.Governs("/agentsafe.test.v1.TestService/Ungoverned") {
+		t.Error("a method without the option is governed")
+	}
+}
+
+func TestRegistryReplacesTheOptionAsAWhole(t *testing.T) {
+	eng, err := middleware.New(middleware.NewRegistry().Register("/agentsafe.test.v1.TestService/Read",
+		middleware.Capability{SideEffect: middleware.SideEffectNone, Description: "overridden"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := eng.Lookup("/agentsafe.test.v1.TestService/Read")
+	if c.SideEffect != middleware.SideEffectNone || c.Retry.MaxAttempts != 0 || c.Description != "overridden" {
+		t.Errorf("override = %+v; the registry entry must replace the option whole", c)
+	}
+	// A registry entry cannot make a streaming method gated: the descriptor knows.
+	_, err = middleware.New(middleware.NewRegistry().Register("/agentsafe.test.v1.TestService/Stream",
+		middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true}}))
+	if err == nil || !strings.Contains(err.Error(), "streaming procedure cannot require approval") {
+		t.Errorf("gated stream via registry: %v", err)
+	}
+}
+
+func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
+	method := func(name string, c *agentsafev1.Capability, streaming bool, level descriptorpb.MethodOptions_IdempotencyLevel) *descriptorpb.MethodDescriptorProto {
+		opts := &descriptorpb.MethodOptions{}
+		if level != descriptorpb.MethodOptions_IDEMPOTENCY_UNKNOWN {
+			opts.IdempotencyLevel = level.Enum()
+		}
+		proto.SetExtension(opts, agentsafev1.E_Capability, c)
+		return &descriptorpb.MethodDescriptorProto{Name: proto.String(name), InputType: proto.String(".bad.v1.M"), OutputType: proto.String(".bad.v1.M"),
+			Options: opts, ServerStreaming: proto.Bool(streaming)}
+	}
+	write := agentsafev1.SideEffect_SIDE_EFFECT_WRITE
+	fd := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("bad/v1/bad.proto"), Package: proto.String("bad.v1"), Syntax: proto.String("proto3"),
+		Dependency:  []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M")}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Bad"), Method: []*descriptorpb.MethodDescriptorProto{
+			method("RetriedWrite", &agentsafev1.Capability{SideEffect: write, Retry: &agentsafev1.Retry{MaxAttempts: 2}}, false, 0),
+			method("UnknownEnum", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect(77)}, false, 0),
+			method("Unspecified", &agentsafev1.Capability{}, false, 0),
+			method("NoSideEffectsWrite", &agentsafev1.Capability{SideEffect: write}, false, descriptorpb.MethodOptions_NO_SIDE_EFFECTS),
+			method("GatedStream", &agentsafev1.Capability{SideEffect: write, Approval: &agentsafev1.Approval{Required: true}}, true, 0),
+			method("NegativeTimeout", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_READ, Timeout: durationpb.New(-time.Second)}, false, 0),
+			method("Fine", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_READ}, false, descriptorpb.MethodOptions_NO_SIDE_EFFECTS),
+		}}},
+	}
+	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(file); err != nil {
+		t.Fatal(err)
+	}
+	_, err = middleware.New(nil, middleware.WithProtoFiles(files))
+	var verr *middleware.ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("New accepted invalid options: %v", err)
+	}
+	for _, want := range []string{
+		"/bad.v1.Bad/RetriedWrite (option): Retry.MaxAttempts: side effect write is write-like",
+		"/bad.v1.Bad/UnknownEnum (option): SideEffect: must be one of",
+		"SideEffect(77)",
+		"/bad.v1.Bad/Unspecified (option): SideEffect",
+		"/bad.v1.Bad/NoSideEffectsWrite (option): idempotency_level: NO_SIDE_EFFECTS contradicts side effect write",
+		"/bad.v1.Bad/GatedStream (option): Approval.Required",
+		"/bad.v1.Bad/NegativeTimeout (option): Timeout: must not be negative",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if len(verr.Problems) != 6 || strings.Contains(err.Error(), "Fine") {
+		t.Errorf("want exactly the 6 problems, got %d:\n%v", len(verr.Problems), err)
+	}
+}

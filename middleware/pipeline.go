@@ -1,0 +1,472 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	retry "github.com/sethvargo/go-retry"
+)
+
+// Call is one incoming call, as an adapter hands it to the engine.
+type Call struct {
+	// Procedure names the capability: "/package.Service/Method" for RPC
+	// frameworks, the registered name for net/http routes.
+	Procedure string
+	// Input is the call's input in bindable form, used for the input digest
+	// (events and approvals). Nil means there is nothing to bind.
+	Input Input
+	// ApprovalID is the raw value of the Agentsafe-Approval-Id request
+	// header, or empty.
+	ApprovalID string
+}
+
+// AttemptFunc runs one attempt. ctx carries the attempt's deadline and the
+// execution (see [ExecutionFromContext]); the returned value is handed back
+// from [Engine.Execute] only if this attempt is the one finalized. Each call
+// must use its own copy of the input and its own sink for response headers:
+// an abandoned attempt may still be running while the next one starts.
+type AttemptFunc func(ctx context.Context) (any, error)
+
+// errAttemptTimeout is the cause an attempt's own timer cancels it with, so
+// that context.Cause tells a timeout from the caller leaving.
+var errAttemptTimeout = errors.New("agentsafe: attempt timed out")
+
+// Execute governs one call: it opens an execution, runs attempts of fn under
+// the capability's timeout and retry rules, and finalizes exactly once. It
+// returns the finalized attempt's value, the envelope, and, on failure, an
+// *[Error] whose Cause is what the handler returned.
+//
+// A procedure the engine does not govern (see [Engine.Governs]) passes
+// through: fn runs once on ctx and the envelope is the zero value.
+func (e *Engine) Execute(ctx context.Context, call Call, fn AttemptFunc) (any, Envelope, error) {
+	if fn == nil {
+		return nil, Envelope{}, &Error{Code: CodeInvalidArgument, Message: "agentsafe: Execute needs a non-nil AttemptFunc"}
+	}
+	c, ok := e.caps[call.Procedure]
+	if !ok {
+		if !e.Governs(call.Procedure) {
+			return passThrough(ctx, fn)
+		}
+		c = &capability{procedure: call.Procedure}
+	}
+	x := e.open(ctx, call, c)
+	if !ok {
+		return x.finish(nil, &Error{Code: CodeCapabilityNotFound, Message: fmt.Sprintf("no capability is registered for %q", call.Procedure)})
+	}
+	if err := x.admit(); err != nil {
+		return x.finish(nil, err)
+	}
+	x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})
+	v, env, err := x.finish(x.loop(fn))
+	reraiseAbort(err)
+	return v, env, err
+}
+
+// reraiseAbort re-raises http.ErrAbortHandler on the serving goroutine once
+// the execution is finalized: a handler panics with it to abort the
+// response on purpose, and only the server may recover it.
+func reraiseAbort(err error) {
+	if p, ok := errors.AsType[*PanicError](err); ok && p.Value == http.ErrAbortHandler {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func passThrough(ctx context.Context, fn AttemptFunc) (any, Envelope, error) {
+	v, err := fn(ctx)
+	return v, Envelope{}, err
+}
+
+// execution is the state of one governed call. Only the goroutine running
+// Execute writes it after open; attempt goroutines read what was written
+// before they started.
+type execution struct {
+	e              *Engine
+	cap            *capability
+	call           Call
+	ctx            context.Context // the caller's
+	sinkCtx        context.Context // the caller's, never cancelled
+	id             string
+	idempotencyKey string
+	actor          Actor
+	actorErr       error
+	digest         string // plain, for approvals
+	eventDigest    string // keyed when configured
+	approvalID     string
+	approval       *ApprovalInfo
+	start          time.Time
+	attempts       int
+	finalized      atomic.Bool
+	first          attempt // attempt 1 lives here: one allocation less
+}
+
+// open is stage 2: ids, the actor, the digest when someone will read it,
+// and the requested event.
+func (e *Engine) open(ctx context.Context, call Call, c *capability) *execution {
+	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now()}
+	x.id = e.cfg.newID(executionIDPrefix)
+	x.idempotencyKey = e.cfg.newID(idempotencyKeyPrefix)
+	if f := e.cfg.actor; f != nil {
+		x.actor, x.actorErr = f(ctx)
+	}
+	if len(e.sinks) > 0 {
+		x.sinkCtx = context.WithoutCancel(ctx)
+		if call.Input != nil {
+			if d, err := call.Input.digest(call.Procedure); err == nil {
+				x.digest = d
+				x.eventDigest = e.keyedDigest(d)
+			}
+		}
+	}
+	x.emit(Event{Type: EventRequested})
+	return x
+}
+
+// admit runs the checks between opening and the first attempt: a caller
+// already gone, the approval header, the actor, the approval gate and the
+// abandoned-attempt cap. Nothing has run when it refuses.
+func (x *execution) admit() *Error {
+	if x.ctx.Err() != nil {
+		return x.cancelled()
+	}
+	if x.call.ApprovalID != "" && !ValidApprovalID(x.call.ApprovalID) {
+		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed Agentsafe-Approval-Id header: want \"apr_\" and 32 lowercase hex digits, got %d characters", len(x.call.ApprovalID))}
+	}
+	if x.actorErr != nil {
+		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: x.actorErr}
+	}
+	if err := x.gate(); err != nil {
+		return err
+	}
+	if x.cap.abandoned.Load() >= int64(x.e.cfg.maxAbandoned) {
+		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.call.Procedure)}
+	}
+	return nil
+}
+
+// gate is stage 3, the approval gate. Capabilities without an approval pass.
+func (x *execution) gate() *Error {
+	if !x.cap.Approval.Required && x.call.ApprovalID == "" {
+		return nil
+	}
+	return &Error{Code: CodeApprovalUnavailable, Message: "this engine has no approval store", Retryable: true}
+}
+
+// loop is stage 5, the only stage that retries.
+func (x *execution) loop(fn AttemptFunc) (any, *Error) {
+	var backoff retry.Backoff
+	for n := 1; ; n++ {
+		a := x.startAttempt(n, fn)
+		v, err := x.await(a)
+		if err == nil {
+			return v, nil
+		}
+		if !x.retryEligible(err, n) {
+			return nil, err
+		}
+		if backoff == nil {
+			backoff = x.e.newBackoff(x.cap.backoff)
+		}
+		wait, ok := x.nextBackoff(backoff)
+		if !ok {
+			return nil, err
+		}
+		if err := x.sleep(wait); err != nil {
+			return nil, err
+		}
+		if a.abandoned && x.cap.SideEffect.WriteLike() {
+			// Never two attempts of a write at once: wait for the one left
+			// behind, at most one attempt timeout.
+			if err := x.awaitReturn(a, err); err != nil {
+				return nil, err
+			}
+		}
+		x.emit(Event{Type: EventRetried, Attempt: n + 1, PreviousErrorCode: err.Code, ApprovalID: x.approvalID})
+	}
+}
+
+// retryEligible checks every condition for another attempt except the
+// backoff against the caller's deadline.
+func (x *execution) retryEligible(err *Error, n int) bool {
+	c := x.cap
+	if n > c.Retry.MaxAttempts || !err.Retryable || err.Code == CodeCancelled {
+		return false
+	}
+	// The retry-safety rule, again at run time: never trust that
+	// validation ran.
+	if !c.retryAllowed() {
+		return false
+	}
+	return !vetoed(c.Retry.RetryOn, err)
+}
+
+func vetoed(retryOn func(*Error) bool, err *Error) (veto bool) {
+	if retryOn == nil {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			veto = true
+		}
+	}()
+	return !retryOn(err)
+}
+
+// nextBackoff returns the wait before the next attempt, or false when the
+// caller's deadline would pass first.
+func (x *execution) nextBackoff(b retry.Backoff) (time.Duration, bool) {
+	wait, stop := b.Next()
+	if stop {
+		return 0, false
+	}
+	if deadline, ok := x.ctx.Deadline(); ok && time.Until(deadline) <= wait {
+		return 0, false // the caller will be gone before the next attempt starts
+	}
+	return wait, true
+}
+
+// sleep waits out a backoff; the caller leaving ends the execution.
+func (x *execution) sleep(d time.Duration) *Error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-x.ctx.Done():
+		return x.cancelled()
+	}
+}
+
+// awaitReturn waits for an abandoned attempt to return before a write is
+// re-attempted. If it does not return within one attempt timeout, the
+// execution ends with last rather than risk two writes at once.
+func (x *execution) awaitReturn(a *attempt, last *Error) *Error {
+	t := time.NewTimer(x.cap.timeout)
+	defer t.Stop()
+	select {
+	case <-a.res:
+		return nil
+	case <-t.C:
+		return last
+	case <-x.ctx.Done():
+		return x.cancelled()
+	}
+}
+
+// attempt is one run of the handler. It is the context the handler sees:
+// the attempt's deadline plus the execution's identity.
+type attempt struct {
+	context.Context
+	cancel    context.CancelFunc
+	x         *execution
+	n         int
+	state     atomic.Int32
+	res       chan attemptResult
+	abandoned bool // set by the Execute goroutine only
+}
+
+type attemptKey struct{}
+
+func (a *attempt) Value(key any) any {
+	if key == (attemptKey{}) {
+		return a
+	}
+	return a.Context.Value(key)
+}
+
+const (
+	attemptRunning int32 = iota
+	attemptReturned
+	attemptAbandoned
+)
+
+type attemptResult struct {
+	v     any
+	err   error
+	panic *PanicError
+}
+
+func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
+	a := &x.first
+	if n > 1 {
+		a = new(attempt)
+	}
+	a.x, a.n = x, n
+	a.Context, a.cancel = context.WithTimeoutCause(x.ctx, x.cap.timeout, errAttemptTimeout)
+	a.res = make(chan attemptResult, 1)
+	x.attempts = n
+	go a.run(fn)
+	return a
+}
+
+// run executes the handler on the attempt's goroutine. Whoever moves the
+// state out of running first owns the outcome: this goroutine (the result
+// is delivered) or the Execute goroutine (the attempt was abandoned and the
+// result is reported, never used).
+func (a *attempt) run(fn AttemptFunc) {
+	var r attemptResult
+	defer func() {
+		if p := recover(); p != nil {
+			r = attemptResult{panic: &PanicError{Value: p, Stack: debug.Stack()}}
+		}
+		if !a.state.CompareAndSwap(attemptRunning, attemptReturned) {
+			a.x.reportAbandoned(a, r)
+		}
+		a.res <- r // buffered: never blocks; read as the result or as "returned"
+		a.cancel()
+	}()
+	r.v, r.err = fn(a)
+}
+
+func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
+	x.cap.abandoned.Add(-1)
+	if r.panic == nil && isContextError(r.err) {
+		return // it stopped because its context ended: nothing landed late that it knows of
+	}
+	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID}
+	if r.err != nil {
+		ev.Error = x.e.cfg.redact(r.err)
+	}
+	x.emit(ev)
+}
+
+// await returns when the attempt returns or its context ends, whichever is
+// first: it never waits for a handler that ignores its context.
+func (x *execution) await(a *attempt) (any, *Error) {
+	select {
+	case r := <-a.res:
+		return x.settle(a, r)
+	case <-a.Done():
+	}
+	// A result returned at the same moment the deadline fired wins.
+	select {
+	case r := <-a.res:
+		return x.settle(a, r)
+	default:
+	}
+	if !a.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
+		return x.settle(a, <-a.res) // it returned just now; its send is on the way
+	}
+	a.abandoned = true
+	x.cap.abandoned.Add(1)
+	return nil, x.contextError(a)
+}
+
+// settle turns an attempt's own result into the engine's terms.
+func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
+	ctxEnded := a.Err() != nil
+	a.cancel()
+	switch {
+	case r.panic != nil:
+		return nil, &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Cause: r.panic}
+	case r.err == nil:
+		return r.v, nil
+	case ctxEnded && isContextError(r.err):
+		return nil, x.contextError(a) // the handler honoured its context
+	}
+	out := &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Retryable: x.e.cfg.classify(r.err), Cause: r.err}
+	if declared, ok := errors.AsType[*Error](r.err); ok {
+		if declared.Code != CodeOK {
+			out.Code = declared.Code
+		}
+		if declared.Message != "" {
+			out.Message = declared.Message
+		}
+	}
+	return nil, out
+}
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// contextError classifies an attempt whose context ended: its own timer is
+// TIMEOUT, anything else is the caller leaving.
+func (x *execution) contextError(a *attempt) *Error {
+	if context.Cause(a) == errAttemptTimeout {
+		return &Error{Code: CodeTimeout, Message: fmt.Sprintf("attempt %d timed out after %s", a.n, x.cap.timeout), Retryable: true, Cause: errAttemptTimeout}
+	}
+	return x.cancelled()
+}
+
+func (x *execution) cancelled() *Error {
+	return &Error{Code: CodeCancelled, Message: "the caller cancelled the call", Cause: context.Cause(x.ctx)}
+}
+
+// finish is stage 6 and 7: the one place an envelope is built. The guard
+// makes a second call impossible to go unnoticed.
+func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
+	if !x.finalized.CompareAndSwap(false, true) {
+		panic("agentsafe: execution " + x.id + " finalized twice")
+	}
+	env := Envelope{
+		ExecutionID: x.id,
+		Procedure:   x.call.Procedure,
+		Status:      StatusCompleted,
+		Attempts:    x.attempts,
+		Duration:    x.e.cfg.now().Sub(x.start),
+		ApprovalID:  x.approvalID,
+	}
+	code := CodeOK
+	if err != nil {
+		code = err.Code
+		env.Status = statusFor(code)
+		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
+	}
+	if len(x.e.sinks) > 0 {
+		x.emit(x.finalEvent(env, err))
+	}
+	if err != nil {
+		return nil, env, err
+	}
+	return v, env, nil
+}
+
+// callerRetryable narrows a runtime-retryable error to "safe for the caller
+// to re-invoke": a re-invocation runs under a new idempotency key, so only
+// reads and declared-idempotent capabilities qualify.
+func (x *execution) callerRetryable(err *Error) bool {
+	return err.Retryable && (!x.cap.SideEffect.WriteLike() || x.cap.Idempotent)
+}
+
+func (x *execution) finalEvent(env Envelope, err *Error) Event {
+	ev := Event{Attempts: env.Attempts, Duration: env.Duration, ApprovalID: env.ApprovalID}
+	switch env.Status {
+	case StatusCompleted:
+		ev.Type = EventCompleted
+		return ev
+	case StatusCancelled:
+		ev.Type = EventCancelled
+	default:
+		ev.Type = EventFailed
+	}
+	ev.Code, ev.Retryable = env.Error.Code, env.Error.Retryable
+	if err.Cause != nil {
+		ev.Error = x.e.cfg.redact(err.Cause)
+	}
+	if p, ok := errors.AsType[*PanicError](err.Cause); ok {
+		ev.Stack = string(p.Stack)
+	}
+	return ev
+}
+
+// emit fills the execution's common fields and hands ev to every sink.
+func (x *execution) emit(ev Event) {
+	if len(x.e.sinks) == 0 {
+		return
+	}
+	ev.Time = x.e.cfg.now()
+	ev.ExecutionID = x.id
+	ev.Procedure = x.call.Procedure
+	ev.Actor = x.actor.Ref()
+	ev.InputDigest = x.eventDigest
+	ev.SideEffect = x.cap.SideEffect
+	ev.Risk = x.cap.Risk
+	for _, s := range x.e.sinks {
+		s.deliver(x.sinkCtx, ev)
+	}
+}

@@ -1,0 +1,137 @@
+package middleware_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
+	reg := middleware.NewRegistry().
+		Register("/s.V1/Unspecified", middleware.Capability{}).
+		Register("/s.V1/UnknownSideEffect", middleware.Capability{SideEffect: middleware.SideEffect(42)}).
+		Register("/s.V1/UnknownRisk", middleware.Capability{SideEffect: middleware.SideEffectRead, Risk: middleware.Risk(9)}).
+		Register("/s.V1/RetriedWrite", middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxAttempts: 1}}).
+		Register("/s.V1/RetriedDestructive", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Retry: middleware.Retry{MaxAttempts: 2}}).
+		Register("/s.V1/RetriedExternal", middleware.Capability{SideEffect: middleware.SideEffectExternal, Retry: middleware.Retry{MaxAttempts: 3}}).
+		Register("/s.V1/NegativeTimeout", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: -time.Second}).
+		Register("/s.V1/NegativeAttempts", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: -1}}).
+		Register("/s.V1/NegativeBackoff", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{Backoff: -time.Millisecond}}).
+		Register("/s.V1/NegativeExpiry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, ExpiresIn: -time.Minute}}).
+		Register("/s.V1/GatedStream", middleware.Capability{SideEffect: middleware.SideEffectWrite, Streaming: true, Approval: middleware.Approval{Required: true}}).
+		Register("", middleware.Capability{SideEffect: middleware.SideEffectRead}).
+		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
+		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
+		Register("/s.V1/Fine", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1}})
+
+	eng, err := middleware.New(reg)
+	if eng != nil || err == nil {
+		t.Fatal("New accepted invalid metadata")
+	}
+	want := []struct{ procedure, field, text string }{
+		{"/s.V1/Unspecified", "SideEffect", "never inferred"},
+		{"/s.V1/UnknownSideEffect", "SideEffect", "SideEffect(42)"},
+		{"/s.V1/UnknownRisk", "Risk", "Risk(9)"},
+		{"/s.V1/RetriedWrite", "Retry.MaxAttempts", "side effect write is write-like: it may only be retried when declared Idempotent"},
+		{"/s.V1/RetriedDestructive", "Retry.MaxAttempts", "side effect destructive is write-like"},
+		{"/s.V1/RetriedExternal", "Retry.MaxAttempts", "side effect external is write-like"},
+		{"/s.V1/NegativeTimeout", "Timeout", "must not be negative"},
+		{"/s.V1/NegativeAttempts", "Retry.MaxAttempts", "must not be negative"},
+		{"/s.V1/NegativeBackoff", "Retry.Backoff", "must not be negative"},
+		{"/s.V1/NegativeExpiry", "Approval.ExpiresIn", "must not be negative"},
+		{"/s.V1/GatedStream", "Approval.Required", "streaming procedure cannot require approval"},
+		{"", "Procedure", "must not be empty"},
+		{"/s.V1/Twice", "Procedure", "registered more than once"},
+	}
+	var verr *middleware.ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("error %T is not a *ValidationError: %v", err, err)
+	}
+	if len(verr.Problems) != len(want) {
+		t.Errorf("got %d problems, want %d:\n%v", len(verr.Problems), len(want), err)
+	}
+	for _, w := range want {
+		found := false
+		for _, p := range verr.Problems {
+			if p.Procedure == w.procedure && p.Field == w.field && strings.Contains(p.Problem, w.text) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no problem for %q field %s containing %q in:\n%v", w.procedure, w.field, w.text, err)
+		}
+		if w.procedure != "" && !strings.Contains(err.Error(), w.procedure) {
+			t.Errorf("the error text does not name %s", w.procedure)
+		}
+	}
+	if strings.Contains(err.Error(), "/s.V1/Fine") {
+		t.Error("a valid capability was reported as a problem")
+	}
+	var fe *middleware.FieldError
+	if !errors.As(err, &fe) {
+		t.Error("errors.As cannot reach a *FieldError")
+	}
+}
+
+func TestEngineOptionsAreValidatedWithTheMetadata(t *testing.T) {
+	_, err := middleware.New(
+		middleware.NewRegistry().Register("/s.V1/X", middleware.Capability{}),
+		middleware.WithDefaultTimeout(-time.Second),
+		middleware.WithDefaultBackoff(0),
+		middleware.WithMaxAbandoned(0),
+		middleware.WithBackoffLimits(time.Second, -time.Millisecond),
+	)
+	for _, want := range []string{"WithDefaultTimeout must be positive", "WithDefaultBackoff must be positive", "WithMaxAbandoned must be positive", "jitter must not be negative", "/s.V1/X (registry): SideEffect"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestLookupResolvesDefaults(t *testing.T) {
+	eng, err := middleware.New(middleware.NewRegistry().
+		Register("/s.V1/Defaults", middleware.Capability{SideEffect: middleware.SideEffectRead}).
+		Register("/s.V1/Set", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{Backoff: time.Millisecond}, Approval: middleware.Approval{ExpiresIn: time.Hour}}),
+		middleware.WithDefaultTimeout(5*time.Second), middleware.WithProtoFiles(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := eng.Lookup("/s.V1/Defaults")
+	if !ok || c.Timeout != 5*time.Second || c.Retry.Backoff != 250*time.Millisecond || c.Approval.ExpiresIn != 15*time.Minute || c.Risk != middleware.RiskLow {
+		t.Errorf("defaults resolved to %+v", c)
+	}
+	c, _ = eng.Lookup("/s.V1/Set")
+	if c.Timeout != time.Second || c.Retry.Backoff != time.Millisecond || c.Approval.ExpiresIn != time.Hour {
+		t.Errorf("explicit values changed: %+v", c)
+	}
+	if _, ok := eng.Lookup("/s.V1/Nope"); ok {
+		t.Error("Lookup found an unregistered procedure")
+	}
+	var procs []string
+	for p := range eng.Capabilities() {
+		procs = append(procs, p)
+	}
+	if len(procs) != 2 || procs[0] != "/s.V1/Defaults" {
+		t.Errorf("Capabilities() = %v, want both, sorted", procs)
+	}
+}
+
+func TestHintsFollowTheMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		cap  middleware.Capability
+		want middleware.Hints
+	}{
+		{middleware.Capability{SideEffect: middleware.SideEffectNone}, middleware.Hints{ReadOnly: true}},
+		{middleware.Capability{SideEffect: middleware.SideEffectRead, Idempotent: true}, middleware.Hints{ReadOnly: true, Idempotent: true}},
+		{middleware.Capability{SideEffect: middleware.SideEffectWrite}, middleware.Hints{}},
+		{middleware.Capability{SideEffect: middleware.SideEffectDestructive}, middleware.Hints{Destructive: true}},
+		{middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true}, middleware.Hints{OpenWorld: true, Idempotent: true}},
+	} {
+		if got := tc.cap.Hints(); got != tc.want {
+			t.Errorf("%s: Hints() = %+v, want %+v", tc.cap.SideEffect, got, tc.want)
+		}
+	}
+}

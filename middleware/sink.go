@@ -1,0 +1,215 @@
+package middleware
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// guardedSink bounds one sink: each call runs on its own goroutine so a
+// panic is recovered and a call that outlives the bound is left behind
+// without stalling the execution. While a sink has overdue calls, events to
+// it are dropped rather than piling up more stuck goroutines.
+type guardedSink struct {
+	sink    EventSink
+	bound   time.Duration
+	overdue atomic.Int32
+	dropped atomic.Uint64
+}
+
+const maxOverdueCalls = 1
+
+const (
+	sinkRunning int32 = iota
+	sinkReturned
+	sinkOverdue
+)
+
+func (g *guardedSink) deliver(ctx context.Context, ev Event) {
+	if g.overdue.Load() >= maxOverdueCalls {
+		g.dropped.Add(1)
+		return
+	}
+	var state atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer func() {
+			_ = recover() // a panicking sink loses its event, nothing more
+			if state.Swap(sinkReturned) == sinkOverdue {
+				g.overdue.Add(-1)
+			}
+			close(done)
+		}()
+		g.sink.HandleEvent(ctx, ev)
+	}()
+	t := time.NewTimer(g.bound)
+	select {
+	case <-done:
+		t.Stop()
+	case <-t.C:
+		if state.CompareAndSwap(sinkRunning, sinkOverdue) {
+			g.overdue.Add(1)
+			g.dropped.Add(1)
+		}
+	}
+}
+
+// EventRecorder is an [EventSink] that keeps every event in memory, for
+// tests and the conformance suite. It is safe for concurrent use.
+type EventRecorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+// HandleEvent records e.
+func (r *EventRecorder) HandleEvent(_ context.Context, e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// Events returns a copy of every event recorded so far, in arrival order.
+func (r *EventRecorder) Events() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// Execution returns the events of one execution, in order.
+func (r *EventRecorder) Execution(executionID string) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.events {
+		if e.ExecutionID == executionID {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Reset forgets every recorded event.
+func (r *EventRecorder) Reset() {
+	r.mu.Lock()
+	r.events = nil
+	r.mu.Unlock()
+}
+
+// NewSlogSink returns a sink that logs each event on logger (slog.Default()
+// when nil): final failures at Warn, everything else at Info. Only the
+// fields an event uses are logged.
+func NewSlogSink(logger *slog.Logger) EventSink {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return slogSink{logger}
+}
+
+type slogSink struct{ l *slog.Logger }
+
+func (s slogSink) HandleEvent(ctx context.Context, e Event) {
+	level := slog.LevelInfo
+	if e.Type == EventFailed || e.Type == EventAbandonedResult {
+		level = slog.LevelWarn
+	}
+	if !s.l.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 12)
+	add := func(cond bool, a slog.Attr) {
+		if cond {
+			attrs = append(attrs, a)
+		}
+	}
+	attrs = append(attrs, slog.String("execution_id", e.ExecutionID), slog.String("procedure", e.Procedure))
+	add(e.Actor.ID != "", slog.String("actor", e.Actor.ID))
+	add(e.Actor.Tenant != "", slog.String("tenant", e.Actor.Tenant))
+	add(e.InputDigest != "", slog.String("input_digest", e.InputDigest))
+	add(e.SideEffect != SideEffectUnspecified, slog.String("side_effect", e.SideEffect.String()))
+	add(e.Attempt > 0, slog.Int("attempt", e.Attempt))
+	add(e.Attempts > 0, slog.Int("attempts", e.Attempts))
+	add(e.PreviousErrorCode != CodeOK, slog.String("previous_error_code", e.PreviousErrorCode.String()))
+	add(e.Code != CodeOK, slog.String("code", e.Code.String()))
+	add(e.Code != CodeOK, slog.Bool("retryable", e.Retryable))
+	add(e.Type.Final(), slog.Duration("duration", e.Duration))
+	add(e.ApprovalID != "", slog.String("approval_id", e.ApprovalID))
+	add(e.Approver.ID != "", slog.String("approver", e.Approver.ID))
+	add(e.Comment != "", slog.String("comment", e.Comment))
+	add(e.Reason != "", slog.String("reason", e.Reason))
+	add(e.Type == EventAbandonedResult, slog.Bool("succeeded", e.Succeeded))
+	add(e.Error != "", slog.String("error", e.Error))
+	add(e.Stack != "", slog.String("stack", e.Stack))
+	s.l.LogAttrs(ctx, level, string(e.Type), attrs...)
+}
+
+// AsyncSink hands events to another sink on its own goroutine through a
+// bounded queue, so a slow sink costs the execution one channel send. When
+// the queue is full the event is dropped and counted. Order is kept.
+type AsyncSink struct {
+	next    EventSink
+	queue   chan asyncEvent
+	done    chan struct{}
+	dropped atomic.Uint64
+	mu      sync.RWMutex // guards closed against a send racing Close
+	closed  bool
+}
+
+type asyncEvent struct {
+	ctx context.Context
+	ev  Event
+}
+
+// NewAsyncSink starts an [AsyncSink] in front of next with room for size
+// queued events (1024 when size ≤ 0). Call Close to drain and stop it.
+func NewAsyncSink(next EventSink, size int) *AsyncSink {
+	if size <= 0 {
+		size = 1024
+	}
+	a := &AsyncSink{next: next, queue: make(chan asyncEvent, size), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+func (a *AsyncSink) run() {
+	defer close(a.done)
+	for q := range a.queue {
+		func() {
+			defer func() { _ = recover() }()
+			a.next.HandleEvent(q.ctx, q.ev)
+		}()
+	}
+}
+
+// HandleEvent queues e, or drops it when the queue is full or the sink is
+// closed.
+func (a *AsyncSink) HandleEvent(ctx context.Context, e Event) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		a.dropped.Add(1)
+		return
+	}
+	select {
+	case a.queue <- asyncEvent{context.WithoutCancel(ctx), e}:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// Dropped returns how many events were dropped so far.
+func (a *AsyncSink) Dropped() uint64 { return a.dropped.Load() }
+
+// Close stops accepting events, delivers those queued, and waits for the
+// delivery goroutine to end. It is safe to call more than once.
+func (a *AsyncSink) Close() {
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.queue)
+	}
+	a.mu.Unlock()
+	<-a.done
+}
