@@ -1,0 +1,79 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+func TestEveryCodeHasAWireStatus(t *testing.T) {
+	want := map[middleware.Code]struct {
+		rpc  uint32
+		http int
+	}{
+		middleware.CodeTimeout: {4, 504}, middleware.CodeCancelled: {1, 499}, middleware.CodeExecutionFailed: {13, 500},
+		middleware.CodeApprovalRequired: {9, 428}, middleware.CodeApprovalPending: {9, 409}, middleware.CodeApprovalUnavailable: {14, 503},
+		middleware.CodeApprovalRejected: {7, 403}, middleware.CodeApprovalExpired: {7, 403}, middleware.CodeApprovalConsumed: {7, 403},
+		middleware.CodeApprovalNotFound: {7, 403}, middleware.CodeApprovalInputMismatch: {7, 403}, middleware.CodeApprovalResumeMismatch: {7, 403},
+		middleware.CodeUnauthenticated: {16, 401}, middleware.CodeResourceExhausted: {8, 429}, middleware.CodeCapabilityNotFound: {5, 404},
+		middleware.CodeInvalidArgument: {3, 400}, middleware.CodeOK: {0, 200},
+	}
+	for _, c := range middleware.Codes() {
+		w, ok := want[c]
+		if !ok {
+			t.Errorf("code %s has no expected wire status in this test", c)
+			continue
+		}
+		if c.RPCCode() != w.rpc || c.HTTPStatus() != w.http {
+			t.Errorf("%s: RPC %d HTTP %d, want %d and %d (SPEC §6)", c, c.RPCCode(), c.HTTPStatus(), w.rpc, w.http)
+		}
+	}
+}
+
+func TestEnvelopeRoundTripsThroughHeadersAndJSON(t *testing.T) {
+	env := middleware.Envelope{ExecutionID: "exe_1", Procedure: "/a.V1/B", Status: middleware.StatusApprovalRequired, Attempts: 0, ApprovalID: "apr_2",
+		Error: &middleware.EnvelopeError{Code: middleware.CodeApprovalRequired, Message: "needs approval"}, Duration: time.Second}
+	h := http.Header{}
+	env.SetHeaders(h)
+	got, ok := middleware.EnvelopeFromHeaders(h)
+	if !ok || got.ExecutionID != "exe_1" || got.ApprovalID != "apr_2" || h.Get("Agentsafe-Attempts") != "0" {
+		t.Errorf("headers %v read back as %+v", h, got)
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"status":"approval_required","executionId":"exe_1","procedure":"/a.V1/B","error":{"code":"APPROVAL_REQUIRED","message":"needs approval","retryable":false},"approvalId":"apr_2"}`
+	if string(b) != want {
+		t.Errorf("JSON\n got %s\nwant %s", b, want)
+	}
+	var back middleware.Envelope
+	if err := json.Unmarshal(b, &back); err != nil || back.Error == nil || back.Error.Code != middleware.CodeApprovalRequired || back.ApprovalID != "apr_2" || back.Status != middleware.StatusApprovalRequired {
+		t.Errorf("JSON read back as %+v, %v", back, err)
+	}
+	if _, ok := middleware.EnvelopeFromHeaders(http.Header{}); ok {
+		t.Error("empty headers read as an envelope")
+	}
+}
+
+func TestOutgoingIdempotencyKeyFollowsTheLabel(t *testing.T) {
+	f := newFixture(t, procRead, read(0, time.Second))
+	f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		if k, ok := middleware.OutgoingIdempotencyKey(ctx); !ok || k != x.IdempotencyKey {
+			t.Errorf("unlabelled outgoing key %q, want the execution's %q", k, x.IdempotencyKey)
+		}
+		k, _ := middleware.OutgoingIdempotencyKey(middleware.WithKeyLabel(ctx, "gateway"))
+		if k != x.SubKey("gateway") {
+			t.Errorf("labelled key %q, want SubKey(gateway)", k)
+		}
+		return nil, nil
+	})
+	if _, ok := middleware.OutgoingIdempotencyKey(t.Context()); ok {
+		t.Error("an outgoing key outside an execution")
+	}
+}
