@@ -33,6 +33,8 @@ type capability struct {
 	expiresIn time.Duration
 	// explicitTimeout is what a stream honours: a timeout only if set.
 	explicitTimeout time.Duration
+	// lease bounds an execution that consumed an approval (see Engine.lease).
+	lease time.Duration
 	// abandoned counts attempts left behind at their deadline that have not
 	// returned yet.
 	abandoned atomic.Int64
@@ -91,6 +93,7 @@ func (e *Engine) resolve(proc string, c Capability) *capability {
 	if rc.expiresIn == 0 {
 		rc.expiresIn = e.cfg.defaultExpiry
 	}
+	rc.lease = e.lease(rc)
 	return rc
 }
 

@@ -12,6 +12,11 @@ import (
 // Build one with [JSONInput], [ProtoInput] or [HTTPInput]; every adapter
 // uses these, so one input gives the same digest through any adapter.
 type Input interface {
+	// JSON returns the input as JSON, for application functions that look
+	// at it (approval views and conditions): the body of a JSON input, the
+	// pinned protojson rendering of a message, the body of a JSON request.
+	// It returns nil for inputs that are not JSON.
+	JSON() ([]byte, error)
 	digest(procedure string) (string, error)
 }
 
@@ -22,6 +27,8 @@ type jsonInput []byte
 
 func (j jsonInput) digest(procedure string) (string, error) { return digest.JSON(procedure, j) }
 
+func (j jsonInput) JSON() ([]byte, error) { return j, nil }
+
 // ProtoInput binds a protobuf message through protojson with pinned
 // options, then its canonical JSON form. Messages with unknown fields cannot
 // be bound.
@@ -30,6 +37,8 @@ func ProtoInput(m proto.Message) Input { return protoInput{m} }
 type protoInput struct{ m proto.Message }
 
 func (p protoInput) digest(procedure string) (string, error) { return digest.Proto(procedure, p.m) }
+
+func (p protoInput) JSON() ([]byte, error) { return digest.ProtoJSON(p.m) }
 
 // HTTPInput binds a net/http request: method, cleaned path, sorted query,
 // the headers named in bound, and the body (canonical JSON for JSON media
@@ -47,6 +56,13 @@ func HTTPInput(r *http.Request, body []byte, bound ...string) Input {
 }
 
 type httpInput struct{ r digest.HTTPRequest }
+
+func (h httpInput) JSON() ([]byte, error) {
+	if !digest.IsJSON(h.r.Header.Get("Content-Type")) {
+		return nil, nil
+	}
+	return h.r.Body, nil
+}
 
 func (h httpInput) digest(procedure string) (string, error) {
 	h.r.Procedure = procedure

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -30,6 +31,10 @@ type config struct {
 	now            func() time.Time
 	newID          func(prefix string) string
 	digestKey      []byte
+	store          ApprovalStore
+	audience       string
+	view           func(ctx context.Context, procedure string, input []byte) (string, error)
+	condition      func(ctx context.Context, q ApprovalQuery) (bool, string, error)
 	files          *protoregistry.Files
 	filesSet       bool
 	problems       []string
@@ -200,4 +205,35 @@ func WithIDGenerator(gen func(prefix string) string) Option {
 // always uses the plain digest. By default events carry the plain digest.
 func WithDigestKey(key []byte) Option {
 	return optionFunc(func(c *config) { c.digestKey = append([]byte(nil), key...) })
+}
+
+// WithApprovalStore sets where approvals live (see package approvalstore:
+// an in-memory store for one process, Redis for many). Without a store, a
+// call that needs an approval fails closed with CodeApprovalUnavailable.
+func WithApprovalStore(s ApprovalStore) Option {
+	return optionFunc(func(c *config) { c.store = s })
+}
+
+// WithAudience names the deployment approvals are for, so that services
+// sharing one store never consume each other's approvals. The default is "".
+func WithAudience(audience string) Option {
+	return optionFunc(func(c *config) { c.audience = audience })
+}
+
+// WithApprovalView sets how a gated call's input is shown to approvers: the
+// function receives the input as JSON (see [Input]) and returns a redacted,
+// human-readable view, which the approval record keeps. Its error fails the
+// call closed. By default approvers see no view of the input, only its
+// digest: show what your approvers need and nothing more.
+func WithApprovalView(view func(ctx context.Context, procedure string, input []byte) (string, error)) Option {
+	return optionFunc(func(c *config) { c.view = view })
+}
+
+// WithApprovalCondition makes approval conditional per call, for
+// capabilities that do not always require one: cond returns whether this
+// call needs an approval and why (the reason is shown to approvers). An
+// error fails the call closed with CodeApprovalUnavailable. By default only
+// Approval.Required gates a call.
+func WithApprovalCondition(cond func(ctx context.Context, q ApprovalQuery) (required bool, reason string, err error)) Option {
+	return optionFunc(func(c *config) { c.condition = cond })
 }

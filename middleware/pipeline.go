@@ -98,6 +98,7 @@ type execution struct {
 	eventDigest    string // keyed when configured
 	approvalID     string
 	approval       *ApprovalInfo
+	consumed       bool // an approval was consumed: its outcome is recorded
 	start          time.Time
 	attempts       int
 	finalized      atomic.Bool
@@ -127,8 +128,8 @@ func (e *Engine) open(ctx context.Context, call Call, c *capability) *execution 
 }
 
 // admit runs the checks between opening and the first attempt: a caller
-// already gone, the approval header, the actor, the approval gate and the
-// abandoned-attempt cap. Nothing has run when it refuses.
+// already gone, the approval header, the actor, the abandoned-attempt cap
+// and the approval gate. Nothing has run when it refuses.
 func (x *execution) admit() *Error {
 	if x.ctx.Err() != nil {
 		return x.cancelled()
@@ -139,21 +140,11 @@ func (x *execution) admit() *Error {
 	if x.actorErr != nil {
 		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: x.actorErr}
 	}
-	if err := x.gate(); err != nil {
-		return err
-	}
 	if x.cap.abandoned.Load() >= int64(x.e.cfg.maxAbandoned) {
 		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.call.Procedure)}
 	}
-	return nil
-}
-
-// gate is stage 3, the approval gate. Capabilities without an approval pass.
-func (x *execution) gate() *Error {
-	if !x.cap.Approval.Required && x.call.ApprovalID == "" {
-		return nil
-	}
-	return &Error{Code: CodeApprovalUnavailable, Message: "this engine has no approval store", Retryable: true}
+	// Last: an approval consumed here must be followed by an attempt.
+	return x.gate()
 }
 
 // loop is stage 5, the only stage that retries.
@@ -416,6 +407,9 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 		code = err.Code
 		env.Status = statusFor(code)
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
+	}
+	if x.consumed {
+		x.recordOutcome(code)
 	}
 	if len(x.e.sinks) > 0 {
 		x.emit(x.finalEvent(env, err))

@@ -44,7 +44,7 @@ type HTTPRequest struct {
 // one, is bound byte for byte. Errors wrap [ErrUnbindable].
 func HTTP(r HTTPRequest) (string, error) {
 	kind, body := kindRaw, r.Body
-	if len(r.Body) > 0 && isJSONMediaType(r.Header.Get("Content-Type")) {
+	if len(r.Body) > 0 && IsJSON(r.Header.Get("Content-Type")) {
 		canonical, err := canonicalJSON(r.Body)
 		if err != nil {
 			return "", err
@@ -110,10 +110,10 @@ func (w *writer) strs(values []string) {
 	}
 }
 
-// isJSONMediaType reports whether contentType names JSON (RFC 8259 §11,
+// IsJSON reports whether contentType names JSON (RFC 8259 §11,
 // RFC 6839 §3.1). Parameters such as charset are ignored; an unparseable
 // Content-Type is not JSON.
-func isJSONMediaType(contentType string) bool {
+func IsJSON(contentType string) bool {
 	mediaType, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false

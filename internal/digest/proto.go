@@ -26,6 +26,10 @@ var protoJSON = protojson.MarshalOptions{
 	Resolver:          protoregistry.GlobalTypes,
 }
 
+// ProtoJSON returns the pinned protojson rendering of m that [Proto]
+// binds, for showing an input to people (approval views, conditions).
+func ProtoJSON(m proto.Message) ([]byte, error) { return protoJSON.Marshal(m) }
+
 // Proto returns the digest of a protobuf input to procedure: the pinned
 // protojson rendering of m, canonicalized with RFC 8785. Whenever [JSON]
 // accepts that rendering, the two agree: Proto(p, m) equals

@@ -1,0 +1,102 @@
+package approvalstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+const (
+	defaultListLimit  = 100
+	defaultMaxPending = 20
+	defaultRetention  = 24 * time.Hour
+)
+
+// Option configures a store.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	now        func() time.Time
+	allowSelf  bool
+	policy     func(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error
+	maxPending int
+	retention  time.Duration
+	// Redis only.
+	prefix      string
+	waitN       int
+	waitTimeout time.Duration
+	clockOffset func() time.Duration
+}
+
+func newConfig(opts []Option) config {
+	c := config{now: time.Now, maxPending: defaultMaxPending, retention: defaultRetention, prefix: "agentsafe:apr", waitTimeout: time.Second}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+// checkApprover applies the approver rule and the application's policy.
+func (c config) checkApprover(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error {
+	if err := middleware.CheckApprover(rec.Requester, approver, c.allowSelf); err != nil {
+		return err
+	}
+	if c.policy != nil {
+		return c.policy(ctx, rec, approver)
+	}
+	return nil
+}
+
+// WithClock sets the memory store's clock (default time.Now), for tests
+// that move time. The Redis store always decides expiry with Redis TIME.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	})
+}
+
+// WithSelfApproval lets requesters approve their own requests. By default
+// the approver must not be the requester or anyone in its OnBehalfOf chain.
+func WithSelfApproval() Option {
+	return optionFunc(func(c *config) { c.allowSelf = true })
+}
+
+// WithApproverPolicy runs policy inside Decide, after the self-approval and
+// tenant checks: return an error wrapping middleware.ErrApproverNotAllowed
+// to refuse (for example when the approver's role does not match the
+// record's approval type). By default any other actor of the tenant may
+// decide.
+func WithApproverPolicy(policy func(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error) Option {
+	return optionFunc(func(c *config) { c.policy = policy })
+}
+
+// WithMaxPendingPerActor caps the pending records of one requester; over it
+// Create fails with middleware.ErrTooManyPending (RESOURCE_EXHAUSTED). The
+// default is 20.
+func WithMaxPendingPerActor(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxPending = n
+		}
+	})
+}
+
+// WithRetention sets how long a record is kept after it stopped mattering
+// (its expiry, or its lease once consumed). The default is 24 hours. In
+// Redis it is the key's TTL: garbage collection, never a decision.
+func WithRetention(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.retention = d
+		}
+	})
+}

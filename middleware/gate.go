@@ -1,0 +1,227 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentsafe/agentsafe/internal/ids"
+)
+
+// ApprovalQuery is what an approval condition (see [WithApprovalCondition])
+// may look at to decide whether one call needs an approval.
+type ApprovalQuery struct {
+	Procedure  string
+	Capability Capability
+	Actor      Actor
+	// Input is the call's input; Input.JSON() shows it as JSON.
+	Input Input
+}
+
+// storeTimeout bounds the store calls the engine makes outside a caller's
+// context: recording an outcome after the caller has left.
+const storeTimeout = 5 * time.Second
+
+// leaseGrace is added to an execution's longest possible run when it
+// consumes an approval, before the record may be reported in_doubt.
+const leaseGrace = time.Minute
+
+// gate is stage 3, the approval gate. Calls that need no approval pass; a
+// gated call without an approval id requests one and runs nothing; a gated
+// call with one consumes it atomically before any attempt.
+func (x *execution) gate() *Error {
+	required, reason, err := x.approvalRequired()
+	if err != nil {
+		return err
+	}
+	if !required {
+		return nil
+	}
+	store := x.e.cfg.store
+	if store == nil {
+		return &Error{Code: CodeApprovalUnavailable, Message: "approval required, but this engine has no approval store (WithApprovalStore)", Retryable: true}
+	}
+	if x.actor.ID == "" {
+		return &Error{Code: CodeUnauthenticated, Message: "approval required, and the caller has no authenticated identity"}
+	}
+	if x.call.Input == nil {
+		return &Error{Code: CodeInvalidArgument, Message: "approval required, and the call has no input to bind the approval to"}
+	}
+	if x.digest == "" { // not yet computed for events
+		digest, err := x.call.Input.digest(x.call.Procedure)
+		if err != nil {
+			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
+		}
+		x.digest, x.eventDigest = digest, x.e.keyedDigest(digest)
+	}
+	if x.call.ApprovalID == "" {
+		return x.requestApproval(store, reason)
+	}
+	return x.consumeApproval(store)
+}
+
+// approvalRequired asks the capability, then the application's condition.
+// A condition that fails keeps the call closed.
+func (x *execution) approvalRequired() (bool, string, *Error) {
+	if x.cap.Approval.Required {
+		return true, "the capability always requires approval", nil
+	}
+	cond := x.e.cfg.condition
+	if cond == nil {
+		return false, "", nil
+	}
+	required, reason, err := cond(x.ctx, ApprovalQuery{Procedure: x.call.Procedure, Capability: x.cap.resolved(), Actor: x.actor, Input: x.call.Input})
+	if err != nil {
+		return false, "", &Error{Code: CodeApprovalUnavailable, Message: "could not decide whether the call needs approval", Retryable: true, Cause: err}
+	}
+	return required, reason, nil
+}
+
+func (x *execution) requestApproval(store ApprovalStore, reason string) *Error {
+	view, err := x.approvalView()
+	if err != nil {
+		return &Error{Code: CodeApprovalUnavailable, Message: "could not render the input for approvers", Retryable: true, Cause: err}
+	}
+	c := x.cap
+	rec, err := store.Create(x.ctx, ApprovalRequest{
+		ID:          NewApprovalID(),
+		Audience:    x.e.cfg.audience,
+		Procedure:   x.call.Procedure,
+		Type:        c.Approval.Type,
+		Requester:   x.actor,
+		RequestedBy: x.id,
+		Digest:      x.digest,
+		View:        view,
+		Reasons:     []string{reason},
+		SideEffect:  c.SideEffect,
+		Risk:        c.Risk,
+		ExpiresIn:   c.expiresIn,
+	})
+	if err != nil {
+		return x.storeError(err)
+	}
+	x.approvalID = rec.ID
+	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: reason})
+	msg := fmt.Sprintf("%s needs an approval", x.call.Procedure)
+	if c.Approval.Type != "" {
+		msg = fmt.Sprintf("%s needs an approval by a %s", x.call.Procedure, c.Approval.Type)
+	}
+	return &Error{Code: CodeApprovalRequired, Message: msg + "; once approved, call again with the same input and header " + HeaderApprovalID + ": " + rec.ID}
+}
+
+func (x *execution) approvalView() (string, error) {
+	view := x.e.cfg.view
+	if view == nil {
+		return "", nil
+	}
+	in, err := x.call.Input.JSON()
+	if err != nil {
+		return "", err
+	}
+	return view(x.ctx, x.call.Procedure, in)
+}
+
+func (x *execution) consumeApproval(store ApprovalStore) *Error {
+	id := x.call.ApprovalID
+	x.approvalID = id
+	rec, err := store.Consume(x.ctx, id, ConsumeRequest{
+		Audience:    x.e.cfg.audience,
+		Procedure:   x.call.Procedure,
+		Type:        x.cap.Approval.Type,
+		Actor:       x.actor,
+		Digest:      x.digest,
+		ExecutionID: x.id,
+		Lease:       x.cap.lease,
+	})
+	if err != nil {
+		e := x.storeError(err)
+		x.emit(Event{Type: EventApprovalDenied, ApprovalID: id, Code: e.Code, Reason: e.Message})
+		return e
+	}
+	x.consumed = true
+	// Derived from the approval, so that if the same approval could ever run
+	// twice (a Redis failover), the downstream still sees one key.
+	x.idempotencyKey = ids.Derive(idempotencyKeyPrefix, rec.ID)
+	x.approval = &ApprovalInfo{ID: rec.ID, Type: rec.Type, Approver: rec.Approver, Comment: rec.Comment, DecidedAt: rec.DecidedAt}
+	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: rec.Approver.Ref(), Comment: rec.Comment})
+	return nil
+}
+
+// approvalMessages says what each refusal means to the caller.
+var approvalMessages = map[Code]string{
+	CodeApprovalNotFound:       "no such approval for this caller",
+	CodeApprovalPending:        "the approval has not been decided yet",
+	CodeApprovalRejected:       "the approval was rejected",
+	CodeApprovalExpired:        "the approval has expired",
+	CodeApprovalConsumed:       "the approval was already used",
+	CodeApprovalInputMismatch:  "the input differs from the approved input",
+	CodeApprovalResumeMismatch: "the approval is for another procedure or approval type",
+	CodeResourceExhausted:      "too many approvals are pending for this caller",
+	CodeApprovalUnavailable:    "the approval store is unavailable; nothing ran",
+}
+
+// storeError maps a store error to the execution's error through the one
+// sentinel table, failing closed for everything else.
+func (x *execution) storeError(err error) *Error {
+	code := ApprovalCode(err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if x.ctx.Err() != nil {
+			return x.cancelled()
+		}
+	}
+	return &Error{Code: code, Message: approvalMessages[code], Retryable: code.retryable(), Cause: err}
+}
+
+// recordOutcome writes the consuming execution's outcome into the record,
+// even when the caller has left. A failure leaves the record to turn
+// in_doubt after its lease, which List and Get report: visible, not silent.
+func (x *execution) recordOutcome(code Code) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
+	defer cancel()
+	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, code)
+}
+
+// Decide records an approver's decision through the engine's store and
+// emits capability.approved or capability.rejected. Deciding executes
+// nothing; the requester resumes the call. Store errors are returned as the
+// store gave them (sentinels such as ErrSelfApproval or ErrNotPending).
+func (e *Engine) Decide(ctx context.Context, id string, d Decision) (ApprovalRecord, error) {
+	if e.cfg.store == nil {
+		return ApprovalRecord{}, errors.New("agentsafe: this engine has no approval store (WithApprovalStore)")
+	}
+	if !ValidApprovalID(id) {
+		return ApprovalRecord{}, fmt.Errorf("%w: malformed approval id", ErrApprovalNotFound)
+	}
+	rec, err := e.cfg.store.Decide(ctx, id, d)
+	if err != nil {
+		return rec, err
+	}
+	if len(e.sinks) > 0 {
+		ev := Event{Type: EventRejected, Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: rec.Requester.Ref(),
+			InputDigest: e.keyedDigest(rec.Digest), SideEffect: rec.SideEffect, Risk: rec.Risk, ApprovalID: rec.ID, Approver: d.Approver.Ref(), Comment: d.Comment}
+		if d.Approve {
+			ev.Type = EventApproved
+		}
+		sinkCtx := context.WithoutCancel(ctx)
+		for _, s := range e.sinks {
+			s.deliver(sinkCtx, ev)
+		}
+	}
+	return rec, nil
+}
+
+// Approvals returns the engine's approval store, or nil.
+func (e *Engine) Approvals() ApprovalStore { return e.cfg.store }
+
+// lease is how long an execution of c may run, at most, plus a grace: the
+// time after which a consumed approval without an outcome is in_doubt.
+func (e *Engine) lease(c *capability) time.Duration {
+	total := c.timeout * time.Duration(c.Retry.MaxAttempts+1)
+	wait := c.backoff
+	for range c.Retry.MaxAttempts {
+		total += min(wait, e.cfg.maxBackoff) + e.cfg.jitter
+		wait *= 2
+	}
+	return total + leaseGrace
+}
