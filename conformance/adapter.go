@@ -1,0 +1,543 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// The suite's timings: short, so the suite runs in seconds over a real
+// network, and far enough apart that scheduling noise cannot blur them.
+const (
+	attemptTimeout = 150 * time.Millisecond
+	slowTimeout    = 100 * time.Millisecond
+	// lateBy is how long a handler that ignores its context runs past its
+	// deadline.
+	lateBy = 3 * slowTimeout
+	// patience bounds every wait for something the server does after the
+	// client has its answer (an abandoned result, a final event).
+	patience = 5 * time.Second
+)
+
+// secret is text a failing handler puts in its errors and panics; it must
+// never reach a client.
+const secret = "db-password-hunter2"
+
+// The actors of the suite: the engine authenticates every call as agent.
+var (
+	suiteAgent    = middleware.Actor{ID: "conformance-agent", Tenant: "conformance", Kind: "agent"}
+	suiteApprover = middleware.Actor{ID: "conformance-manager", Tenant: "conformance", Kind: "user"}
+)
+
+func capabilities() map[Fixture]middleware.Capability {
+	return map[Fixture]middleware.Capability{
+		FixtureRead:  {SideEffect: middleware.SideEffectRead, Timeout: attemptTimeout, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}},
+		FixtureWrite: {SideEffect: middleware.SideEffectWrite, Timeout: attemptTimeout},
+		FixtureIdempotentWrite: {SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: attemptTimeout,
+			Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}},
+		FixtureSlow:   {SideEffect: middleware.SideEffectRead, Timeout: slowTimeout},
+		FixtureGated:  {SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true, Type: "manager"}},
+		FixtureStream: {SideEffect: middleware.SideEffectRead, Streaming: true},
+	}
+}
+
+// RunAdapter checks that an adapter keeps the guarantees of the
+// specification: one named subtest per rule an adapter can break, each
+// against a server the harness starts. A failure message names the rule.
+func RunAdapter(t *testing.T, h Harness) {
+	t.Helper()
+	for _, r := range adapterRules {
+		t.Run(r.name, func(t *testing.T) {
+			s := newSuite(t, h)
+			if r.stream && s.streams == nil {
+				t.Skip("the harness does not govern streams")
+			}
+			r.check(s)
+		})
+	}
+}
+
+// suite is one server started through the harness, with everything the
+// rules need to observe it.
+type suite struct {
+	*testing.T
+	h       Harness
+	eng     *middleware.Engine
+	rec     *middleware.EventRecorder
+	client  Client
+	streams StreamClient
+
+	mu       sync.Mutex
+	runs     map[string][]middleware.Execution // by request id
+	started  map[string]chan struct{}
+	returned map[string]chan struct{}
+	ids      atomic.Int64
+}
+
+func newSuite(t *testing.T, h Harness) *suite {
+	reg := middleware.NewRegistry()
+	for f, c := range capabilities() {
+		reg.Register(h.Procedure(f), c)
+	}
+	rec := &middleware.EventRecorder{}
+	eng, err := middleware.New(reg,
+		middleware.WithEventSink(rec),
+		middleware.WithApprovalStore(approvalstore.NewMemory()),
+		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return suiteAgent, nil }),
+		middleware.WithProtoFiles(nil), // the suite's capabilities, exactly
+	)
+	if err != nil {
+		t.Fatalf("conformance: building the engine: %v", err)
+	}
+	s := &suite{T: t, h: h, eng: eng, rec: rec, runs: map[string][]middleware.Execution{}, started: map[string]chan struct{}{}, returned: map[string]chan struct{}{}}
+	s.client = h.Start(t, eng, s.handle, s.stream)
+	s.streams, _ = s.client.(StreamClient)
+	return s
+}
+
+// request returns a request with a fresh id whose start and return the
+// suite can wait for.
+func (s *suite) request(mode Mode) Request {
+	id := "req-" + strconv.FormatInt(s.ids.Add(1), 10)
+	s.mu.Lock()
+	s.started[id] = make(chan struct{})
+	s.returned[id] = make(chan struct{})
+	s.mu.Unlock()
+	return Request{ID: id, Mode: mode}
+}
+
+func (s *suite) handle(ctx context.Context, f Fixture, req Request, setHeader func(string, string)) (resp Response, err error) {
+	x, _ := middleware.ExecutionFromContext(ctx)
+	s.mu.Lock()
+	s.runs[req.ID] = append(s.runs[req.ID], x)
+	n := len(s.runs[req.ID])
+	started, returned := s.started[req.ID], s.returned[req.ID]
+	s.mu.Unlock()
+	if n == 1 && started != nil {
+		close(started)
+	}
+	defer func() {
+		if returned != nil && (req.Mode == ModeIgnore || req.Mode == ModeHang) {
+			select {
+			case <-returned:
+			default:
+				close(returned)
+			}
+		}
+	}()
+	resp = Response{ID: req.ID, Attempt: x.Attempt, ExecutionID: x.ID, IdempotencyKey: x.IdempotencyKey}
+	switch req.Mode {
+	case ModeFlaky:
+		if n <= req.FailTimes {
+			return Response{}, middleware.Retryable(errors.New("conformance: transient failure"))
+		}
+	case ModeFail:
+		return Response{}, errors.New("conformance: query failed: " + secret)
+	case ModeHang:
+		<-ctx.Done()
+		return Response{}, ctx.Err()
+	case ModeIgnore:
+		setHeader("X-Conformance-Late", "abandoned attempt")
+		time.Sleep(slowTimeout + lateBy) // ignores its context on purpose
+		return resp, nil
+	case ModePanic:
+		panic("conformance: handler bug " + secret)
+	case ModeHeaders:
+		setHeader("X-Conformance-Attempt", strconv.Itoa(x.Attempt))
+		if x.Attempt == 1 {
+			return Response{}, middleware.Retryable(errors.New("conformance: transient failure after writing a header"))
+		}
+	}
+	return resp, nil
+}
+
+func (s *suite) stream(ctx context.Context, req Request, setHeader func(string, string), send func(Response) error) error {
+	x, _ := middleware.ExecutionFromContext(ctx)
+	s.mu.Lock()
+	s.runs[req.ID] = append(s.runs[req.ID], x)
+	s.mu.Unlock()
+	if req.Mode == ModeFlaky {
+		return middleware.Retryable(errors.New("conformance: transient stream failure"))
+	}
+	for i := range req.Count {
+		if err := send(Response{ID: req.ID, Attempt: i + 1, ExecutionID: x.ID, IdempotencyKey: x.IdempotencyKey}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *suite) call(f Fixture, req Request, approvalID string) Result {
+	s.Helper()
+	ctx, cancel := context.WithTimeout(s.Context(), patience)
+	defer cancel()
+	return s.client.Call(ctx, f, req, approvalID)
+}
+
+func (s *suite) runsOf(id string) []middleware.Execution {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.runs[id])
+}
+
+func (s *suite) wait(ch chan struct{}, what string) {
+	s.Helper()
+	select {
+	case <-ch:
+	case <-time.After(patience):
+		s.Fatalf("conformance: gave up waiting %s for %s", patience, what)
+	}
+}
+
+// eventually polls cond until it holds, for what the server does after
+// the client has its answer.
+func (s *suite) eventually(what string, cond func() bool) {
+	s.Helper()
+	deadline := time.Now().Add(patience)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.Fatalf("conformance: %s did not happen within %s", what, patience)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// final returns the final events of an execution, once there is one.
+func (s *suite) final(executionID string) []middleware.Event {
+	s.Helper()
+	var finals []middleware.Event
+	s.eventually("the final event of "+executionID, func() bool {
+		finals = finals[:0]
+		for _, e := range s.rec.Execution(executionID) {
+			if e.Type.Final() {
+				finals = append(finals, e)
+			}
+		}
+		return len(finals) > 0
+	})
+	return finals
+}
+
+// finalCount counts the final events so far: the server emits a call's
+// final event before it answers, so the count after a call includes it.
+func (s *suite) finalCount() int {
+	n := 0
+	for _, e := range s.rec.Events() {
+		if e.Type.Final() {
+			n++
+		}
+	}
+	return n
+}
+
+func code(env middleware.Envelope) middleware.Code {
+	if env.Error == nil {
+		return middleware.CodeOK
+	}
+	return env.Error.Code
+}
+
+// expect checks the envelope a client decoded: its code, and that it names
+// an execution.
+func (s *suite) expect(rule string, r Result, want middleware.Code) {
+	s.Helper()
+	if r.Envelope.ExecutionID == "" {
+		s.Fatalf("%s: the client found no envelope on the wire (err: %v)", rule, r.Err)
+	}
+	if got := code(r.Envelope); got != want {
+		s.Fatalf("%s: envelope code %s, want %s (err: %v)", rule, got, want, r.Err)
+	}
+	if want == middleware.CodeOK && (r.Response == nil || r.Err != nil) {
+		s.Fatalf("%s: a completed call must deliver its response: %v", rule, r.Err)
+	}
+}
+
+func (s *suite) wantRuns(rule, id string, n int) []middleware.Execution {
+	s.Helper()
+	runs := s.runsOf(id)
+	if len(runs) != n {
+		s.Fatalf("%s: the handler ran %d times, want %d", rule, len(runs), n)
+	}
+	return runs
+}
+
+type adapterRule struct {
+	name   string
+	stream bool
+	check  func(s *suite)
+}
+
+var adapterRules = []adapterRule{
+	{name: "Retry/a read is retried after a transient failure in the same execution", check: func(s *suite) {
+		const rule = "a read with retry configured must be retried in the same execution"
+		req := s.request(ModeFlaky)
+		req.FailTimes = 1
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		runs := s.wantRuns(rule, req.ID, 2)
+		if runs[0].ID != runs[1].ID || runs[0].ID != r.Envelope.ExecutionID || r.Envelope.Attempts != 2 {
+			s.Errorf("%s: attempts ran as executions %s and %s, envelope %s with %d attempts", rule, runs[0].ID, runs[1].ID, r.Envelope.ExecutionID, r.Envelope.Attempts)
+		}
+	}},
+	{name: "Retry/an idempotent write with retry configured is retried", check: func(s *suite) {
+		const rule = "a write declared idempotent with retry configured may be retried"
+		req := s.request(ModeFlaky)
+		req.FailTimes = 1
+		s.expect(rule, s.call(FixtureIdempotentWrite, req, ""), middleware.CodeOK)
+		s.wantRuns(rule, req.ID, 2)
+	}},
+	{name: "Retry/a write is never retried at run time", check: func(s *suite) {
+		const rule = "a write-like capability must not be retried without Idempotent"
+		req := s.request(ModeFlaky)
+		req.FailTimes = 1
+		r := s.call(FixtureWrite, req, "")
+		s.expect(rule, r, middleware.CodeExecutionFailed)
+		s.wantRuns(rule, req.ID, 1)
+		if r.Envelope.Attempts != 1 || r.Envelope.Error.Retryable {
+			s.Errorf("%s: envelope %+v: one attempt, and not retryable for the caller (a re-invocation would run it again)", rule, r.Envelope)
+		}
+	}},
+	{name: "Retry/attempts are bounded by MaxAttempts and counted", check: func(s *suite) {
+		const rule = "MaxAttempts counts re-attempts after the first run"
+		req := s.request(ModeFlaky)
+		req.FailTimes = 10
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeExecutionFailed)
+		s.wantRuns(rule, req.ID, 3)
+		if r.Envelope.Attempts != 3 || r.Header.Get(middleware.HeaderAttempts) != "3" {
+			s.Errorf("%s: envelope says %d attempts, header %q, want 3", rule, r.Envelope.Attempts, r.Header.Get(middleware.HeaderAttempts))
+		}
+	}},
+	{name: "Timeout/an attempt's own timeout is TIMEOUT", check: func(s *suite) {
+		const rule = "an attempt's own timer is TIMEOUT, runtime-retryable, reported to the caller"
+		req := s.request(ModeHang)
+		r := s.call(FixtureSlow, req, "")
+		s.expect(rule, r, middleware.CodeTimeout)
+		s.wantRuns(rule, req.ID, 1)
+		if r.Envelope.Status != middleware.StatusCancelled || !r.Envelope.Error.Retryable {
+			s.Errorf("%s: envelope %+v, want status cancelled and retryable for a read", rule, r.Envelope)
+		}
+	}},
+	{name: "Timeout/a handler that ignores its context is reported at the deadline", check: func(s *suite) {
+		const rule = "bounded reporting: TIMEOUT at the deadline, the late result discarded"
+		req := s.request(ModeIgnore)
+		start := time.Now()
+		r := s.call(FixtureSlow, req, "")
+		took := time.Since(start)
+		s.expect(rule, r, middleware.CodeTimeout)
+		if took >= slowTimeout+lateBy {
+			s.Errorf("%s: the call took %s, as long as the handler; it must return at the %s deadline", rule, took, slowTimeout)
+		}
+		if r.Response != nil {
+			s.Errorf("%s: the late result reached the client: %+v", rule, r.Response)
+		}
+		s.wait(s.returned[req.ID], "the abandoned handler to return")
+		s.eventually("capability.abandoned_result", func() bool {
+			return slices.ContainsFunc(s.rec.Execution(r.Envelope.ExecutionID), func(e middleware.Event) bool { return e.Type == middleware.EventAbandonedResult })
+		})
+	}},
+	{name: "Isolation/an abandoned attempt never writes to the client", check: func(s *suite) {
+		const rule = "only the finalized attempt's headers reach the wire"
+		req := s.request(ModeIgnore)
+		r := s.call(FixtureSlow, req, "")
+		s.expect(rule, r, middleware.CodeTimeout)
+		s.wait(s.returned[req.ID], "the abandoned handler to return")
+		if v := r.Header.Values("X-Conformance-Late"); len(v) > 0 {
+			s.Errorf("%s: a header set by the abandoned attempt reached the client: %v", rule, v)
+		}
+	}},
+	{name: "Isolation/only the finalized attempt's headers reach the wire", check: func(s *suite) {
+		const rule = "each attempt writes its own headers; only the finalized attempt's reach the client"
+		req := s.request(ModeHeaders)
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		if v := r.Header.Values("X-Conformance-Attempt"); !slices.Equal(v, []string{"2"}) {
+			s.Errorf("%s: X-Conformance-Attempt on the wire = %v, want only the finalized attempt's [2]", rule, v)
+		}
+	}},
+	{name: "Cancel/the caller's cancellation is CANCELLED and never retried", check: func(s *suite) {
+		const rule = "the caller's cancellation is terminal: CANCELLED, never retried"
+		req := s.request(ModeHang)
+		ctx, cancel := context.WithCancel(s.Context())
+		done := make(chan Result, 1)
+		go func() { done <- s.client.Call(ctx, FixtureRead, req, "") }()
+		s.wait(s.started[req.ID], "the handler to start")
+		cancel()
+		<-done
+		runs := s.wantRuns(rule, req.ID, 1)
+		finals := s.final(runs[0].ID)
+		if finals[0].Code != middleware.CodeCancelled || finals[0].Type != middleware.EventCancelled {
+			s.Errorf("%s: final event %s %s, want capability.cancelled CANCELLED", rule, finals[0].Type, finals[0].Code)
+		}
+		s.wantRuns(rule, req.ID, 1)
+	}},
+	{name: "Cancel/the caller's deadline is CANCELLED, not TIMEOUT", check: func(s *suite) {
+		const rule = "the caller's own deadline is the caller leaving: CANCELLED"
+		req := s.request(ModeHang)
+		ctx, cancel := context.WithTimeout(s.Context(), attemptTimeout/3)
+		defer cancel()
+		s.client.Call(ctx, FixtureRead, req, "")
+		runs := s.wantRuns(rule, req.ID, 1)
+		if finals := s.final(runs[0].ID); finals[0].Code != middleware.CodeCancelled {
+			s.Errorf("%s: final event code %s, want CANCELLED", rule, finals[0].Code)
+		}
+	}},
+	{name: "Envelope/exactly one envelope and one final event per call", check: func(s *suite) {
+		const rule = "one execution, one envelope, one final event that agrees with it"
+		for _, tc := range []struct {
+			f    Fixture
+			mode Mode
+			want middleware.Code
+		}{{FixtureRead, ModeOK, middleware.CodeOK}, {FixtureWrite, ModeFail, middleware.CodeExecutionFailed}, {FixtureSlow, ModeHang, middleware.CodeTimeout}, {FixtureRead, ModePanic, middleware.CodeExecutionFailed}} {
+			req := s.request(tc.mode)
+			before := s.finalCount()
+			r := s.call(tc.f, req, "")
+			s.expect(rule, r, tc.want)
+			finals := s.final(r.Envelope.ExecutionID)
+			if n := s.finalCount() - before; n != 1 {
+				s.Errorf("%s: serving one %s/%s call finalized %d executions", rule, tc.f, tc.mode, n)
+			}
+			if len(finals) != 1 {
+				s.Errorf("%s: %s/%s produced %d final events", rule, tc.f, tc.mode, len(finals))
+				continue
+			}
+			if finals[0].Code != tc.want || finals[0].Attempts != r.Envelope.Attempts {
+				s.Errorf("%s: final event %s attempts %d, envelope %s attempts %d", rule, finals[0].Code, finals[0].Attempts, code(r.Envelope), r.Envelope.Attempts)
+			}
+			for _, x := range s.runsOf(req.ID) {
+				if x.ID != r.Envelope.ExecutionID {
+					s.Errorf("%s: one call ran in two executions (%s, %s)", rule, x.ID, r.Envelope.ExecutionID)
+				}
+			}
+		}
+	}},
+	{name: "Envelope/ids reach the wire on success", check: func(s *suite) {
+		const rule = "Agentsafe-Execution-Id and Agentsafe-Attempts are sent on success"
+		req := s.request(ModeOK)
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		if r.Header.Get(middleware.HeaderExecutionID) != r.Response.ExecutionID || r.Header.Get(middleware.HeaderAttempts) != "1" {
+			s.Errorf("%s: headers %v, handler ran in %s", rule, r.Header, r.Response.ExecutionID)
+		}
+	}},
+	{name: "Idempotency/the key is stable across retries and unique across calls", check: func(s *suite) {
+		const rule = "one idempotency key per execution, the same on every attempt"
+		req := s.request(ModeFlaky)
+		req.FailTimes = 2
+		s.expect(rule, s.call(FixtureRead, req, ""), middleware.CodeOK)
+		runs := s.wantRuns(rule, req.ID, 3)
+		for _, x := range runs {
+			if x.IdempotencyKey == "" || x.IdempotencyKey != runs[0].IdempotencyKey {
+				s.Errorf("%s: attempt %d saw key %q, attempt 1 %q", rule, x.Attempt, x.IdempotencyKey, runs[0].IdempotencyKey)
+			}
+		}
+		again := s.request(ModeOK)
+		r := s.call(FixtureRead, again, "")
+		s.expect(rule, r, middleware.CodeOK)
+		if r.Response.IdempotencyKey == runs[0].IdempotencyKey || r.Envelope.ExecutionID == runs[0].ID {
+			s.Errorf("%s: a re-invocation must be a new execution with a new key", rule)
+		}
+	}},
+	{name: "Concealment/a plain error's text never reaches the caller", check: func(s *suite) {
+		const rule = "plain Go errors are concealed"
+		r := s.call(FixtureWrite, s.request(ModeFail), "")
+		s.expect(rule, r, middleware.CodeExecutionFailed)
+		s.concealed(rule, r)
+	}},
+	{name: "Concealment/a panic is concealed and not retried", check: func(s *suite) {
+		const rule = "a panicking handler is a concealed, non-retryable EXECUTION_FAILED"
+		req := s.request(ModePanic)
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeExecutionFailed)
+		s.wantRuns(rule, req.ID, 1)
+		s.concealed(rule, r)
+	}},
+	{name: "Approval/request, approve, resume and consume once", check: func(s *suite) {
+		const rule = "a gated call runs only after approval, exactly once"
+		req := s.request(ModeOK)
+		r := s.call(FixtureGated, req, "")
+		s.expect(rule, r, middleware.CodeApprovalRequired)
+		s.wantRuns(rule, req.ID, 0)
+		id := r.Envelope.ApprovalID
+		if !middleware.ValidApprovalID(id) || r.Envelope.Status != middleware.StatusApprovalRequired {
+			s.Fatalf("%s: the envelope must carry the new approval id: %+v", rule, r.Envelope)
+		}
+		s.expect(rule, s.call(FixtureGated, req, id), middleware.CodeApprovalPending)
+		if _, err := s.eng.Decide(s.Context(), id, middleware.Decision{Approve: true, Approver: suiteApprover}); err != nil {
+			s.Fatal(err)
+		}
+		r = s.call(FixtureGated, req, id)
+		s.expect(rule, r, middleware.CodeOK)
+		runs := s.wantRuns(rule, req.ID, 1)
+		if r.Envelope.ApprovalID != id || runs[0].Approval == nil || runs[0].Approval.Approver.ID != suiteApprover.ID {
+			s.Errorf("%s: the resumed execution must carry its approval: envelope %q, handler saw %+v", rule, r.Envelope.ApprovalID, runs[0].Approval)
+		}
+		r = s.call(FixtureGated, req, id)
+		s.expect("a second resume is refused", r, middleware.CodeApprovalConsumed)
+		s.wantRuns("a second resume must not run", req.ID, 1)
+	}},
+	{name: "Headers/a malformed Agentsafe-Approval-Id is INVALID_ARGUMENT", check: func(s *suite) {
+		const rule = "a malformed agentsafe header is INVALID_ARGUMENT naming the header"
+		req := s.request(ModeOK)
+		r := s.call(FixtureRead, req, "apr_not-an-id")
+		s.expect(rule, r, middleware.CodeInvalidArgument)
+		s.wantRuns(rule, req.ID, 0)
+		if !strings.Contains(r.Envelope.Error.Message, middleware.HeaderApprovalID) {
+			s.Errorf("%s: message %q does not name the header", rule, r.Envelope.Error.Message)
+		}
+	}},
+	{name: "Stream/a stream carries ids and ends in one envelope", stream: true, check: func(s *suite) {
+		const rule = "a governed stream has ids and one envelope"
+		req := s.request(ModeOK)
+		req.Count = 3
+		ctx, cancel := context.WithTimeout(s.Context(), patience)
+		defer cancel()
+		msgs, r := s.streams.Stream(ctx, req)
+		s.expect(rule, r, middleware.CodeOK)
+		if len(msgs) != 3 || msgs[0].ExecutionID != r.Envelope.ExecutionID {
+			s.Errorf("%s: %d messages in execution %q, envelope %q", rule, len(msgs), firstExec(msgs), r.Envelope.ExecutionID)
+		}
+		if finals := s.final(r.Envelope.ExecutionID); len(finals) != 1 {
+			s.Errorf("%s: %d final events", rule, len(finals))
+		}
+	}},
+	{name: "Stream/a stream is never retried", stream: true, check: func(s *suite) {
+		const rule = "streams are never retried"
+		req := s.request(ModeFlaky)
+		req.FailTimes = 1
+		ctx, cancel := context.WithTimeout(s.Context(), patience)
+		defer cancel()
+		_, r := s.streams.Stream(ctx, req)
+		s.expect(rule, r, middleware.CodeExecutionFailed)
+		s.wantRuns(rule, req.ID, 1)
+	}},
+}
+
+func firstExec(msgs []Response) string {
+	if len(msgs) == 0 {
+		return ""
+	}
+	return msgs[0].ExecutionID
+}
+
+func (s *suite) concealed(rule string, r Result) {
+	s.Helper()
+	if r.Envelope.Error == nil || r.Envelope.Error.Message != middleware.ConcealedMessage {
+		s.Errorf("%s: envelope message %+v, want %q", rule, r.Envelope.Error, middleware.ConcealedMessage)
+	}
+	for what, text := range map[string]string{"error": fmt.Sprint(r.Err), "body": string(r.Body), "headers": fmt.Sprint(r.Header)} {
+		if strings.Contains(text, secret) {
+			s.Errorf("%s: the handler's secret reached the client's %s: %s", rule, what, text)
+		}
+	}
+}
