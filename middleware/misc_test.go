@@ -184,3 +184,20 @@ func TestClockAndIDGeneratorOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestFailedFinalAttemptHandsBackItsValue(t *testing.T) {
+	f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite})
+	v, env, err := f.run(t.Context(), procWrite, func(context.Context) (any, error) { return "its own 503 response", errTransient })
+	wantCode(t, env, err, middleware.CodeExecutionFailed)
+	if v != "its own 503 response" {
+		t.Errorf("value %v: the finalized attempt's value must come back with its error, for adapters to write", v)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, procRead, read(0, 10*time.Millisecond))
+		v, _, _ := f.run(t.Context(), procRead, func(context.Context) (any, error) { time.Sleep(time.Second); return "late", errTransient })
+		if v != nil {
+			t.Errorf("a timed-out attempt's value %v came back", v)
+		}
+		time.Sleep(2 * time.Second)
+	})
+}

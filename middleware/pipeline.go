@@ -38,8 +38,10 @@ var errAttemptTimeout = errors.New("agentsafe: attempt timed out")
 
 // Execute governs one call: it opens an execution, runs attempts of fn under
 // the capability's timeout and retry rules, and finalizes exactly once. It
-// returns the finalized attempt's value, the envelope, and, on failure, an
-// *[Error] whose Cause is what the handler returned.
+// returns the value the finalized attempt returned (also when it returned
+// an error with it, so an adapter can write that attempt's own response;
+// nil when no attempt returned in time or none ran), the envelope, and, on
+// failure, an *[Error] whose Cause is what the handler returned.
 //
 // A procedure the engine does not govern (see [Engine.Governs]) passes
 // through: fn runs once on ctx and the envelope is the zero value.
@@ -157,14 +159,14 @@ func (x *execution) loop(fn AttemptFunc) (any, *Error) {
 			return v, nil
 		}
 		if !x.retryEligible(err, n) {
-			return nil, err
+			return v, err
 		}
 		if backoff == nil {
 			backoff = x.e.newBackoff(x.cap.backoff)
 		}
 		wait, ok := x.nextBackoff(backoff)
 		if !ok {
-			return nil, err
+			return v, err
 		}
 		if err := x.sleep(wait); err != nil {
 			return nil, err
@@ -368,7 +370,7 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 			out.Message = declared.Message
 		}
 	}
-	return nil, out
+	return r.v, out // the value too: adapters write a failed attempt's own response
 }
 
 func isContextError(err error) bool {
@@ -415,7 +417,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 		x.emit(x.finalEvent(env, err))
 	}
 	if err != nil {
-		return nil, env, err
+		return v, env, err
 	}
 	return v, env, nil
 }
