@@ -1,0 +1,86 @@
+package grpcadapter
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+
+	"github.com/agentsafe/agentsafe/middleware"
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// EnvelopeFrom reads the envelope of a governed call back on the client,
+// from the response header metadata (grpc.Header call option) and trailer
+// (grpc.Trailer) and, on failure, the error's agentsafe.v1.ErrorDetail. It
+// reports false when the call carried no envelope (an ungoverned method).
+func EnvelopeFrom(header, trailer metadata.MD, err error) (middleware.Envelope, bool) {
+	md := metadata.Join(header, trailer)
+	env := middleware.Envelope{Status: middleware.StatusCompleted}
+	if v := md.Get(mdExecutionID); len(v) > 0 {
+		env.ExecutionID = v[0]
+	}
+	if v := md.Get(mdAttempts); len(v) > 0 {
+		env.Attempts, _ = strconv.Atoi(v[len(v)-1])
+	}
+	if v := md.Get(mdApprovalID); len(v) > 0 {
+		env.ApprovalID = v[0]
+	}
+	if err != nil {
+		st, _ := status.FromError(err)
+		for _, d := range st.Details() {
+			detail, ok := d.(*agentsafev1.ErrorDetail)
+			if !ok {
+				continue
+			}
+			code, _ := middleware.ParseCode(detail.GetCode())
+			env.ExecutionID, env.ApprovalID, env.Procedure = detail.GetExecutionId(), detail.GetApprovalId(), detail.GetProcedure()
+			env.Attempts = int(detail.GetAttempts())
+			env.Error = &middleware.EnvelopeError{Code: code, Message: st.Message(), Retryable: detail.GetRetryable()}
+			env.Status = statusOf(code)
+		}
+	}
+	return env, env.ExecutionID != ""
+}
+
+func statusOf(c middleware.Code) middleware.Status {
+	switch c {
+	case middleware.CodeTimeout, middleware.CodeCancelled:
+		return middleware.StatusCancelled
+	case middleware.CodeApprovalRequired:
+		return middleware.StatusApprovalRequired
+	}
+	return middleware.StatusFailed
+}
+
+// UnaryClientInterceptor puts the idempotency key of the governed execution
+// a call is made from (see middleware.OutgoingIdempotencyKey) on outgoing
+// calls as idempotency-key metadata, only to the listed hosts (host or
+// host:port, as the client connection's target names them). Calls made
+// outside an execution, or to other hosts, are untouched.
+func UnaryClientInterceptor(hosts ...string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if key, ok := middleware.OutgoingIdempotencyKey(ctx); ok && allowed(cc.CanonicalTarget(), hosts) {
+			ctx = metadata.AppendToOutgoingContext(ctx, mdKey, key)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+func allowed(target string, hosts []string) bool {
+	// Canonical targets look like "dns:///host:port" or "passthrough:///host:port".
+	for i := len(target) - 1; i >= 0; i-- {
+		if target[i] == '/' {
+			target = target[i+1:]
+			break
+		}
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		host = target
+	}
+	return slices.Contains(hosts, target) || slices.Contains(hosts, host)
+}

@@ -1,0 +1,158 @@
+package grpcadapter_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/grpcadapter"
+	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
+	"github.com/agentsafe/agentsafe/middleware"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	conformance.RunAdapter(t, harness{})
+}
+
+// harness serves the conformance fixtures as agentsafe.test.v1.TestService
+// over a real gRPC server on loopback.
+type harness struct{}
+
+var fixtureMethods = map[conformance.Fixture]string{
+	conformance.FixtureRead:            testv1.TestService_Read_FullMethodName,
+	conformance.FixtureWrite:           testv1.TestService_Write_FullMethodName,
+	conformance.FixtureIdempotentWrite: testv1.TestService_IdempotentWrite_FullMethodName,
+	conformance.FixtureSlow:            testv1.TestService_Slow_FullMethodName,
+	conformance.FixtureGated:           testv1.TestService_Gated_FullMethodName,
+	conformance.FixtureStream:          testv1.TestService_Stream_FullMethodName,
+}
+
+func (harness) Procedure(f conformance.Fixture) string { return fixtureMethods[f] }
+
+func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
+	conn := serve(t, eng, &service{handle: handle, stream: stream})
+	return client{testv1.NewTestServiceClient(conn)}
+}
+
+// serve starts a governed gRPC server for svc and returns a connection to it.
+func serve(t *testing.T, eng *middleware.Engine, svc testv1.TestServiceServer, clientOpts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpcadapter.ServerOptions(eng)...)
+	testv1.RegisterTestServiceServer(srv, svc)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), append(clientOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+type service struct {
+	testv1.UnimplementedTestServiceServer
+	handle conformance.Handler
+	stream conformance.StreamHandler
+}
+
+func fromProto(r *testv1.Request) conformance.Request {
+	return conformance.Request{ID: r.GetId(), Mode: conformance.Mode(r.GetMode()), FailTimes: int(r.GetFailTimes()), Count: int(r.GetCount())}
+}
+
+func toProto(r conformance.Response) *testv1.Response {
+	return &testv1.Response{Id: r.ID, Attempt: int32(r.Attempt), ExecutionId: r.ExecutionID, IdempotencyKey: r.IdempotencyKey}
+}
+
+func (s *service) serve(ctx context.Context, f conformance.Fixture, req *testv1.Request) (*testv1.Response, error) {
+	resp, err := s.handle(ctx, f, fromProto(req), func(k, v string) { grpc.SetHeader(ctx, metadata.Pairs(k, v)) })
+	if err != nil {
+		return nil, err
+	}
+	return toProto(resp), nil
+}
+
+func (s *service) Read(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
+	return s.serve(ctx, conformance.FixtureRead, r)
+}
+func (s *service) Write(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
+	return s.serve(ctx, conformance.FixtureWrite, r)
+}
+func (s *service) IdempotentWrite(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
+	return s.serve(ctx, conformance.FixtureIdempotentWrite, r)
+}
+func (s *service) Slow(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
+	return s.serve(ctx, conformance.FixtureSlow, r)
+}
+func (s *service) Gated(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
+	return s.serve(ctx, conformance.FixtureGated, r)
+}
+func (s *service) Stream(r *testv1.Request, ss grpc.ServerStreamingServer[testv1.Response]) error {
+	return s.stream(ss.Context(), fromProto(r), func(k, v string) { ss.SetHeader(metadata.Pairs(k, v)) },
+		func(resp conformance.Response) error { return ss.Send(toProto(resp)) })
+}
+
+type client struct{ c testv1.TestServiceClient }
+
+func (c client) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	if approvalID != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "agentsafe-approval-id", approvalID)
+	}
+	in := &testv1.Request{Id: req.ID, Mode: string(req.Mode), FailTimes: int32(req.FailTimes), Count: int32(req.Count)}
+	call := map[conformance.Fixture]func(context.Context, *testv1.Request, ...grpc.CallOption) (*testv1.Response, error){
+		conformance.FixtureRead: c.c.Read, conformance.FixtureWrite: c.c.Write, conformance.FixtureIdempotentWrite: c.c.IdempotentWrite,
+		conformance.FixtureSlow: c.c.Slow, conformance.FixtureGated: c.c.Gated,
+	}[f]
+	var header, trailer metadata.MD
+	resp, err := call(ctx, in, grpc.Header(&header), grpc.Trailer(&trailer))
+	return result(header, trailer, resp, err)
+}
+
+func (c client) Stream(ctx context.Context, req conformance.Request) ([]conformance.Response, conformance.Result) {
+	st, err := c.c.Stream(ctx, &testv1.Request{Id: req.ID, Mode: string(req.Mode), FailTimes: int32(req.FailTimes), Count: int32(req.Count)})
+	if err != nil {
+		return nil, conformance.Result{Err: err}
+	}
+	var msgs []conformance.Response
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			header, _ := st.Header()
+			r := result(header, st.Trailer(), &testv1.Response{}, err)
+			return msgs, r
+		}
+		msgs = append(msgs, conformance.Response{ID: m.GetId(), Attempt: int(m.GetAttempt()), ExecutionID: m.GetExecutionId(), IdempotencyKey: m.GetIdempotencyKey()})
+	}
+}
+
+func result(header, trailer metadata.MD, resp *testv1.Response, err error) conformance.Result {
+	env, _ := grpcadapter.EnvelopeFrom(header, trailer, err)
+	h := http.Header{}
+	for k, vs := range metadata.Join(header, trailer) {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	r := conformance.Result{Envelope: env, Header: h, Err: err}
+	if err == nil && resp != nil {
+		r.Response = &conformance.Response{ID: resp.GetId(), Attempt: int(resp.GetAttempt()), ExecutionID: resp.GetExecutionId(), IdempotencyKey: resp.GetIdempotencyKey()}
+	}
+	return r
+}
+
