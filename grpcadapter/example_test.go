@@ -13,7 +13,9 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-type readService struct{ testv1.UnimplementedTestServiceServer }
+type readService struct {
+	testv1.UnimplementedTestServiceServer
+}
 
 func (readService) Read(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
 	x, _ := middleware.ExecutionFromContext(ctx)

@@ -188,7 +188,9 @@ func TestIdempotencyKeyReachesDownstreamUnchangedAcrossRetries(t *testing.T) {
 }
 
 func TestMalformedApprovalHeaderIsInvalidArgument(t *testing.T) {
-	svc := &options{do: func(context.Context, string, *testv1.Request) (*testv1.Response, error) { return &testv1.Response{}, nil }}
+	svc := &options{do: func(context.Context, string, *testv1.Request) (*testv1.Response, error) {
+		return &testv1.Response{}, nil
+	}}
 	c := testv1.NewTestServiceClient(serve(t, newEngine(t, nil), svc))
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "agentsafe-approval-id", "apr_123")
 	_, err := c.Read(ctx, &testv1.Request{})

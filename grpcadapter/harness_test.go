@@ -155,4 +155,3 @@ func result(header, trailer metadata.MD, resp *testv1.Response, err error) confo
 	}
 	return r
 }
-
