@@ -56,6 +56,14 @@
 // caller to re-invoke", which a runtime-retryable TIMEOUT of a
 // non-idempotent write is not.
 //
+// # Tracing
+//
+// A [Tracer] ([WithTracer]) gets a context of its own around the execution
+// and around each attempt: the attempt's context is the tracer's plus the
+// attempt's timeout, so a span started there is the parent of the
+// handler's own spans. Package agentsafeotel implements it with
+// OpenTelemetry. Without a tracer nothing is called or allocated for it.
+//
 // # Time
 //
 // Attempt timeouts and backoff run on the runtime's timers, which

@@ -54,10 +54,12 @@ type Event struct {
 	PreviousErrorCode Code
 	Code              Code
 	Retryable         bool
-	Duration          time.Duration
-	ApprovalID        string
-	Approver          ActorRef
-	Comment           string
+	// Duration is the execution's on final events, and on approved and
+	// rejected how long the record waited for the decision (store clock).
+	Duration   time.Duration
+	ApprovalID string
+	Approver   ActorRef
+	Comment    string
 	// Reason says why an approval was requested or denied.
 	Reason string
 	// Succeeded, on abandoned_result, says whether the late attempt succeeded:

@@ -199,7 +199,8 @@ func (e *Engine) Decide(ctx context.Context, id string, d Decision) (ApprovalRec
 	}
 	if len(e.sinks) > 0 {
 		ev := Event{Type: EventRejected, Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: rec.Requester.Ref(),
-			InputDigest: e.keyedDigest(rec.Digest), SideEffect: rec.SideEffect, Risk: rec.Risk, ApprovalID: rec.ID, Approver: d.Approver.Ref(), Comment: d.Comment}
+			InputDigest: e.keyedDigest(rec.Digest), SideEffect: rec.SideEffect, Risk: rec.Risk, ApprovalID: rec.ID, Approver: d.Approver.Ref(), Comment: d.Comment,
+			Duration: rec.DecidedAt.Sub(rec.RequestedAt)}
 		if d.Approve {
 			ev.Type = EventApproved
 		}

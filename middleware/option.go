@@ -28,6 +28,7 @@ type config struct {
 	classify       Classifier
 	redact         func(error) string
 	sinks          []EventSink
+	tracer         Tracer
 	now            func() time.Time
 	newID          func(prefix string) string
 	digestKey      []byte

@@ -56,7 +56,7 @@ func (e *Engine) Execute(ctx context.Context, call Call, fn AttemptFunc) (any, E
 		}
 		c = &capability{procedure: call.Procedure}
 	}
-	x := e.open(ctx, call, c)
+	x := e.open(ctx, call, c, false)
 	if !ok {
 		return x.finish(nil, &Error{Code: CodeCapabilityNotFound, Message: fmt.Sprintf("no capability is registered for %q", call.Procedure)})
 	}
@@ -90,8 +90,8 @@ type execution struct {
 	e              *Engine
 	cap            *capability
 	call           Call
-	ctx            context.Context // the caller's
-	sinkCtx        context.Context // the caller's, never cancelled
+	ctx            context.Context // the caller's, with the tracer's values
+	sinkCtx        context.Context // ctx, never cancelled
 	id             string
 	idempotencyKey string
 	actor          Actor
@@ -100,7 +100,8 @@ type execution struct {
 	eventDigest    string // keyed when configured
 	approvalID     string
 	approval       *ApprovalInfo
-	consumed       bool // an approval was consumed: its outcome is recorded
+	consumed       bool           // an approval was consumed: its outcome is recorded
+	endTrace       func(Envelope) // the tracer's, or nil
 	start          time.Time
 	attempts       int
 	finalized      atomic.Bool
@@ -108,22 +109,23 @@ type execution struct {
 }
 
 // open is stage 2: ids, the actor, the digest when someone will read it,
-// and the requested event.
-func (e *Engine) open(ctx context.Context, call Call, c *capability) *execution {
+// the tracer's context, and the requested event.
+func (e *Engine) open(ctx context.Context, call Call, c *capability, streaming bool) *execution {
 	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now()}
 	x.id = e.cfg.newID(executionIDPrefix)
 	x.idempotencyKey = e.cfg.newID(idempotencyKeyPrefix)
 	if f := e.cfg.actor; f != nil {
 		x.actor, x.actorErr = f(ctx)
 	}
-	if len(e.sinks) > 0 {
-		x.sinkCtx = context.WithoutCancel(ctx)
-		if call.Input != nil {
-			if d, err := call.Input.digest(call.Procedure); err == nil {
-				x.digest = d
-				x.eventDigest = e.keyedDigest(d)
-			}
+	if (len(e.sinks) > 0 || e.cfg.tracer != nil) && call.Input != nil {
+		if d, err := call.Input.digest(call.Procedure); err == nil {
+			x.digest = d
+			x.eventDigest = e.keyedDigest(d)
 		}
+	}
+	x.startTracing(streaming)
+	if len(e.sinks) > 0 {
+		x.sinkCtx = context.WithoutCancel(x.ctx)
 	}
 	x.emit(Event{Type: EventRequested})
 	return x
@@ -155,6 +157,7 @@ func (x *execution) loop(fn AttemptFunc) (any, *Error) {
 	for n := 1; ; n++ {
 		a := x.startAttempt(n, fn)
 		v, err := x.await(a)
+		a.traceEnd(err)
 		if err == nil {
 			return v, nil
 		}
@@ -259,7 +262,8 @@ type attempt struct {
 	n         int
 	state     atomic.Int32
 	res       chan attemptResult
-	abandoned bool // set by the Execute goroutine only
+	abandoned bool                 // set by the Execute goroutine only
+	endTrace  func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
 }
 
 type attemptKey struct{}
@@ -289,7 +293,9 @@ func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
 		a = new(attempt)
 	}
 	a.x, a.n = x, n
-	a.Context, a.cancel = context.WithTimeoutCause(x.ctx, x.cap.timeout, errAttemptTimeout)
+	// The tracer's context is the parent of the timeout: the handler's spans
+	// nest under the attempt, and the deadline stays the engine's.
+	a.Context, a.cancel = context.WithTimeoutCause(x.attemptParent(a), x.cap.timeout, errAttemptTimeout)
 	a.res = make(chan attemptResult, 1)
 	x.attempts = n
 	go a.run(fn)
@@ -415,6 +421,9 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	}
 	if len(x.e.sinks) > 0 {
 		x.emit(x.finalEvent(env, err))
+	}
+	if x.endTrace != nil {
+		x.endTrace(env)
 	}
 	if err != nil {
 		return v, env, err

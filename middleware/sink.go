@@ -134,7 +134,7 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.PreviousErrorCode != CodeOK, slog.String("previous_error_code", e.PreviousErrorCode.String()))
 	add(e.Code != CodeOK, slog.String("code", e.Code.String()))
 	add(e.Code != CodeOK, slog.Bool("retryable", e.Retryable))
-	add(e.Type.Final(), slog.Duration("duration", e.Duration))
+	add(e.Type.Final() || e.Duration > 0, slog.Duration("duration", e.Duration))
 	add(e.ApprovalID != "", slog.String("approval_id", e.ApprovalID))
 	add(e.Approver.ID != "", slog.String("approver", e.Approver.ID))
 	add(e.Comment != "", slog.String("comment", e.Comment))

@@ -29,7 +29,7 @@ func (e *Engine) ExecuteStream(ctx context.Context, call Call, fn StreamFunc) (E
 	if !ok {
 		c = &capability{procedure: call.Procedure}
 	}
-	x := e.open(ctx, call, c)
+	x := e.open(ctx, call, c, true)
 	_, env, err := x.finish(nil, x.runStream(ok, fn))
 	reraiseAbort(err)
 	return env, err
@@ -50,10 +50,11 @@ func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
 	}
 	a := &x.first
 	a.x, a.n = x, 1
+	parent := x.attemptParent(a)
 	if t := x.cap.explicitTimeout; t > 0 {
-		a.Context, a.cancel = context.WithTimeoutCause(x.ctx, t, errAttemptTimeout)
+		a.Context, a.cancel = context.WithTimeoutCause(parent, t, errAttemptTimeout)
 	} else {
-		a.Context, a.cancel = context.WithCancel(x.ctx)
+		a.Context, a.cancel = context.WithCancel(parent)
 	}
 	defer a.cancel()
 	x.attempts = 1
@@ -68,5 +69,6 @@ func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
 		r.err = fn(a)
 	}()
 	_, err := x.settle(a, r)
+	a.traceEnd(err)
 	return err
 }

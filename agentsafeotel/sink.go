@@ -1,0 +1,76 @@
+package agentsafeotel
+
+import (
+	"context"
+
+	"github.com/agentsafe/agentsafe/middleware"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// HandleEvent implements [middleware.EventSink]. Approval steps become
+// events on the span in ctx: the execution's span for the steps an
+// execution takes (requested, consumed, denied; the engine delivers them in
+// the context its tracer made), the decider's own span, if any, for
+// approved and rejected. Final, retried, approved/rejected and
+// abandoned_result events feed the metrics. Comments, error texts and
+// stacks are left out: they are text people or handlers wrote.
+func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
+	switch e.Type {
+	case middleware.EventApprovalRequested, middleware.EventApprovalConsumed, middleware.EventApprovalDenied:
+		i.spanEvent(ctx, e)
+	case middleware.EventApproved, middleware.EventRejected:
+		i.spanEvent(ctx, e)
+		decision := "approved"
+		if e.Type == middleware.EventRejected {
+			decision = "rejected"
+		}
+		i.approvalWait.Record(ctx, e.Duration.Seconds(), i.metricAttrs(e, keyDecision.String(decision)))
+	case middleware.EventRetried:
+		i.retries.Add(ctx, 1, i.metricAttrs(e, keyPreviousCode.String(e.PreviousErrorCode.String())))
+	case middleware.EventAbandonedResult:
+		i.abandoned.Add(ctx, 1, i.metricAttrs(e, keySucceeded.Bool(e.Succeeded)))
+	case middleware.EventCompleted, middleware.EventFailed, middleware.EventCancelled:
+		code := i.metricAttrs(e, keyCode.String(e.Code.String()))
+		i.executions.Add(ctx, 1, code)
+		i.duration.Record(ctx, e.Duration.Seconds(), code)
+		if e.Attempts > 0 {
+			i.attempts.Record(ctx, int64(e.Attempts), i.metricAttrs(e))
+		}
+	}
+}
+
+// metricAttrs are the low-cardinality attributes of a metric point: never
+// ids or digests.
+func (i *Instrumentation) metricAttrs(e middleware.Event, extra ...attribute.KeyValue) metric.MeasurementOption {
+	attrs := make([]attribute.KeyValue, 0, len(i.system)+1+len(extra))
+	attrs = append(attrs, i.system...)
+	attrs = append(attrs, semconv.RPCMethod(rpcMethod(e.Procedure)))
+	attrs = append(attrs, extra...)
+	return metric.WithAttributes(attrs...)
+}
+
+func (i *Instrumentation) spanEvent(ctx context.Context, e middleware.Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{keyApprovalID.String(e.ApprovalID)}
+	switch e.Type {
+	case middleware.EventApprovalRequested:
+		attrs = append(attrs, keyReason.String(e.Reason))
+	case middleware.EventApprovalDenied:
+		attrs = append(attrs, keyCode.String(e.Code.String()), keyReason.String(e.Reason))
+	case middleware.EventApprovalConsumed:
+		attrs = append(attrs, keyApproverID.String(e.Approver.ID))
+	case middleware.EventApproved, middleware.EventRejected:
+		attrs = append(attrs,
+			semconv.RPCMethod(rpcMethod(e.Procedure)),
+			keyExecutionID.String(e.ExecutionID), // the execution that requested it
+			keyApproverID.String(e.Approver.ID),
+		)
+	}
+	span.AddEvent(string(e.Type), trace.WithAttributes(attrs...), trace.WithTimestamp(e.Time))
+}

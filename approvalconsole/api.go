@@ -1,0 +1,261 @@
+package approvalconsole
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// Approval is one approval record as the API shows it: what an approver
+// needs to decide, and the decision once made. It carries no input other
+// than the redacted view, and no digest.
+type Approval struct {
+	ID        string    `json:"id"`
+	Procedure string    `json:"procedure"`
+	Type      string    `json:"type,omitempty"`
+	Requester Person    `json:"requester"`
+	Reasons   []string  `json:"reasons"`
+	View      string    `json:"view"`
+	Effect    string    `json:"sideEffect"`
+	Risk      string    `json:"risk"`
+	Status    string    `json:"status"`
+	Requested time.Time `json:"requestedAt"`
+	Expires   time.Time `json:"expiresAt"`
+	// SelfRequested says the approver asking made the request or is in its
+	// OnBehalfOf chain: the store refuses their decision (unless it allows
+	// self-approval), and the page says so up front.
+	SelfRequested bool       `json:"selfRequested"`
+	Approver      *Person    `json:"approver,omitempty"`
+	Comment       string     `json:"comment,omitempty"`
+	Decided       *time.Time `json:"decidedAt,omitempty"`
+}
+
+// Person is an actor as the API shows it.
+type Person struct {
+	ID         string   `json:"id"`
+	Tenant     string   `json:"tenant,omitempty"`
+	Kind       string   `json:"kind,omitempty"`
+	OnBehalfOf []string `json:"onBehalfOf,omitempty"`
+}
+
+func person(a middleware.Actor) Person {
+	return Person{ID: a.ID, Tenant: a.Tenant, Kind: a.Kind, OnBehalfOf: a.OnBehalfOf}
+}
+
+// Session is what GET /api/session returns: who the console takes the
+// caller for, and the token their decisions must carry in TokenHeader.
+type Session struct {
+	Approver    Person `json:"approver"`
+	Token       string `json:"csrfToken"`
+	TokenHeader string `json:"csrfHeader"`
+}
+
+// DecisionRequest is the body of POST /api/approvals/{id}/decision.
+type DecisionRequest struct {
+	// Approve is required: true approves, false rejects.
+	Approve *bool  `json:"approve"`
+	Comment string `json:"comment"`
+}
+
+// ErrorBody is every refusal's JSON body.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+const (
+	maxBody    = 16 << 10
+	maxComment = 2000
+)
+
+func (c *console) view(rec middleware.ApprovalRecord) string {
+	if c.cfg.redact != nil {
+		return c.cfg.redact(rec)
+	}
+	return rec.View
+}
+
+func (c *console) approval(rec middleware.ApprovalRecord, approver middleware.Actor) Approval {
+	a := Approval{
+		ID: rec.ID, Procedure: rec.Procedure, Type: rec.Type, Requester: person(rec.Requester),
+		Reasons: rec.Reasons, View: c.view(rec), Effect: rec.SideEffect.String(), Risk: rec.Risk.String(),
+		Status: rec.Status.String(), Requested: rec.RequestedAt, Expires: rec.ExpiresAt,
+		SelfRequested: errors.Is(middleware.CheckApprover(rec.Requester, approver, false), middleware.ErrSelfApproval),
+	}
+	if a.Reasons == nil {
+		a.Reasons = []string{}
+	}
+	if !rec.DecidedAt.IsZero() {
+		p, at := person(rec.Approver), rec.DecidedAt
+		a.Approver, a.Comment, a.Decided = &p, rec.Comment, &at
+	}
+	return a
+}
+
+// approver authorizes the request, or answers 401.
+func (c *console) approver(w http.ResponseWriter, r *http.Request) (middleware.Actor, bool) {
+	a, err := c.authorize(r)
+	if err != nil || a.ID == "" {
+		msg := "sign in as an approver to use the approval console"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		fail(w, http.StatusUnauthorized, "unauthorized", msg)
+		return middleware.Actor{}, false
+	}
+	return a, true
+}
+
+func (c *console) session(w http.ResponseWriter, r *http.Request) {
+	a, ok := c.approver(w, r)
+	if !ok {
+		return
+	}
+	reply(w, http.StatusOK, Session{Approver: person(a), Token: c.token(r, a), TokenHeader: TokenHeader})
+}
+
+func (c *console) list(w http.ResponseWriter, r *http.Request) {
+	a, ok := c.approver(w, r)
+	if !ok {
+		return
+	}
+	store := c.eng.Approvals()
+	if store == nil {
+		unavailable(w)
+		return
+	}
+	recs, err := store.List(r.Context(), middleware.ApprovalFilter{Status: middleware.ApprovalPending})
+	if err != nil {
+		unavailable(w)
+		return
+	}
+	out := make([]Approval, 0, len(recs))
+	for _, rec := range recs {
+		if rec.Requester.Tenant == a.Tenant { // another tenant's requests are not theirs to see
+			out = append(out, c.approval(rec, a))
+		}
+	}
+	reply(w, http.StatusOK, struct {
+		Approvals []Approval `json:"approvals"`
+	}{out})
+}
+
+func (c *console) get(w http.ResponseWriter, r *http.Request) {
+	a, ok := c.approver(w, r)
+	if !ok {
+		return
+	}
+	rec, ok := c.record(w, r, a)
+	if !ok {
+		return
+	}
+	reply(w, http.StatusOK, c.approval(rec, a))
+}
+
+// record reads the record named in the path, as a's to see, or answers.
+func (c *console) record(w http.ResponseWriter, r *http.Request, a middleware.Actor) (middleware.ApprovalRecord, bool) {
+	id := r.PathValue("id")
+	store := c.eng.Approvals()
+	if store == nil {
+		unavailable(w)
+		return middleware.ApprovalRecord{}, false
+	}
+	if !middleware.ValidApprovalID(id) {
+		fail(w, http.StatusNotFound, "not_found", "no such approval")
+		return middleware.ApprovalRecord{}, false
+	}
+	rec, err := store.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, middleware.ErrApprovalNotFound) || err == nil && rec.Requester.Tenant != a.Tenant:
+		fail(w, http.StatusNotFound, "not_found", "no such approval")
+		return middleware.ApprovalRecord{}, false
+	case err != nil:
+		unavailable(w)
+		return middleware.ApprovalRecord{}, false
+	}
+	return rec, true
+}
+
+// decide records a decision: authorized, same-origin, with the approver's
+// token, through the engine (so the store applies its rules atomically and
+// the decision event is emitted).
+func (c *console) decide(w http.ResponseWriter, r *http.Request) {
+	a, ok := c.approver(w, r)
+	if !ok {
+		return
+	}
+	if err := c.cop.Check(r); err != nil {
+		fail(w, http.StatusForbidden, "cross_origin", "decisions are only accepted from the console's own origin: "+err.Error())
+		return
+	}
+	if !c.validToken(r, a) {
+		fail(w, http.StatusForbidden, "csrf_token", "missing or invalid "+TokenHeader+" header: reload the console and try again")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		fail(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send the decision as application/json")
+		return
+	}
+	var body DecisionRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.Approve == nil {
+		fail(w, http.StatusBadRequest, "bad_request", `send {"approve": true|false, "comment": "..."}`)
+		return
+	}
+	if len(body.Comment) > maxComment {
+		fail(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("the comment is longer than %d bytes", maxComment))
+		return
+	}
+	if _, ok := c.record(w, r, a); !ok {
+		return
+	}
+	rec, err := c.eng.Decide(r.Context(), r.PathValue("id"), middleware.Decision{Approve: *body.Approve, Approver: a, Comment: body.Comment})
+	if err != nil {
+		decisionError(w, err)
+		return
+	}
+	reply(w, http.StatusOK, c.approval(rec, a))
+}
+
+// decisionError answers a refused decision. Every refusal changed nothing:
+// the store checks before it writes, in one step.
+func decisionError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, middleware.ErrSelfApproval):
+		fail(w, http.StatusForbidden, "self_approval", "you may not decide a request you made or that was made on your behalf (self-approval is refused)")
+	case errors.Is(err, middleware.ErrApproverNotAllowed):
+		fail(w, http.StatusForbidden, "approver_not_allowed", "you are not allowed to decide this approval")
+	case errors.Is(err, middleware.ErrApprovalNotFound):
+		fail(w, http.StatusNotFound, "not_found", "no such approval")
+	case errors.Is(err, middleware.ErrApprovalExpired):
+		fail(w, http.StatusConflict, "expired", "the approval expired before it was decided")
+	case errors.Is(err, middleware.ErrNotPending):
+		fail(w, http.StatusConflict, "not_pending", "the approval is no longer pending: it was decided already")
+	default:
+		unavailable(w)
+	}
+}
+
+func unavailable(w http.ResponseWriter) {
+	fail(w, http.StatusServiceUnavailable, "unavailable", "the approval store is unavailable; nothing was decided")
+}
+
+func fail(w http.ResponseWriter, status int, code, msg string) {
+	var b ErrorBody
+	b.Error.Code, b.Error.Message = code, msg
+	reply(w, status, b)
+}
+
+func reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

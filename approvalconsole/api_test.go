@@ -1,0 +1,305 @@
+package approvalconsole_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/approvalconsole"
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+func TestListShowsThePendingApprovalsOfTheApproversTenant(t *testing.T) {
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	_ = e.requested(other, "43") // another tenant's request
+	decided := e.requested(agent, "44")
+	if r := e.decide("s-bob", decided, false, "no"); r.status != http.StatusOK {
+		t.Fatalf("reject: %d %s", r.status, r.body)
+	}
+
+	r := e.do(req{method: "GET", path: "/api/approvals", session: "s-bob"})
+	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+		t.Fatalf("GET /api/approvals: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	var list struct{ Approvals []approvalconsole.Approval }
+	if err := json.Unmarshal(r.body, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Approvals) != 1 || list.Approvals[0].ID != id {
+		t.Fatalf("bob sees %+v, want only the pending approval of his tenant, %s", list.Approvals, id)
+	}
+	a := list.Approvals[0]
+	rec := e.record(id)
+	if a.Procedure != procRefund || a.Requester.ID != agent.ID || a.Requester.OnBehalfOf[0] != "alice" || a.Type != "manager" ||
+		a.Risk != "high" || a.Effect != "external" || a.Status != "pending" || len(a.Reasons) != 1 || a.Reasons[0] == "" ||
+		!a.Expires.Equal(rec.ExpiresAt) || a.SelfRequested {
+		t.Errorf("listed approval %+v", a)
+	}
+	if a.View != "refund order 42: 120 EUR (card ••••)" {
+		t.Errorf("view %q, want the application's redacted view", a.View)
+	}
+	if strings.Contains(string(r.body), secret) || strings.Contains(string(r.body), "sha256:") || strings.Contains(string(r.body), rec.RequestedBy) {
+		t.Errorf("the API shows more than the approver needs (input, digest or execution id): %s", r.body)
+	}
+}
+
+func TestGetShowsOneApproval(t *testing.T) {
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	foreign := e.requested(other, "43")
+	for _, tc := range []struct {
+		name, session, id string
+		status            int
+	}{
+		{"pending, to a manager of the tenant", "s-bob", id, http.StatusOK},
+		{"another tenant's", "s-bob", foreign, http.StatusNotFound},
+		{"unknown", "s-bob", middleware.NewApprovalID(), http.StatusNotFound},
+		{"malformed", "s-bob", "apr_nope", http.StatusNotFound},
+		{"unauthorized", "", id, http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(req{method: "GET", path: "/api/approvals/" + tc.id, session: tc.session})
+			if r.status != tc.status {
+				t.Fatalf("GET: %d %s, want %d", r.status, r.body, tc.status)
+			}
+		})
+	}
+	r := e.do(req{method: "GET", path: "/api/approvals/" + id, session: "s-alice"})
+	var a approvalconsole.Approval
+	_ = json.Unmarshal(r.body, &a)
+	if !a.SelfRequested {
+		t.Errorf("alice, on whose behalf the agent asked, must see selfRequested: %s", r.body)
+	}
+}
+
+func TestApproveThroughTheAPIThenTheAgentResumesOnce(t *testing.T) {
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	e.advance(2 * time.Minute)
+
+	r := e.decide("s-bob", id, true, "customer called")
+	if r.status != http.StatusOK {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	var a approvalconsole.Approval
+	_ = json.Unmarshal(r.body, &a)
+	if a.Status != "approved" || a.Approver == nil || a.Approver.ID != bob.ID || a.Comment != "customer called" || a.Decided == nil {
+		t.Errorf("decision reply %s", r.body)
+	}
+	rec := e.record(id)
+	if rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called" {
+		t.Fatalf("record after approving: %+v", rec)
+	}
+	if evs := e.rec.Events(); evs[len(evs)-1].Type != middleware.EventApproved || evs[len(evs)-1].Duration != 2*time.Minute {
+		t.Errorf("the decision went around the engine: last event %+v", evs[len(evs)-1])
+	}
+
+	if _, err := e.call(agent, "42", id); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if _, err := e.call(agent, "42", id); middleware.CodeOf(err) != middleware.CodeApprovalConsumed {
+		t.Fatalf("second resume: %v, want APPROVAL_CONSUMED", err)
+	}
+	if n := e.runs.Load(); n != 1 {
+		t.Fatalf("the refund ran %d times, want once", n)
+	}
+}
+
+func TestRejectThroughTheAPI(t *testing.T) {
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	if r := e.decide("s-bob", id, false, "amount too high"); r.status != http.StatusOK {
+		t.Fatalf("reject: %d %s", r.status, r.body)
+	}
+	if rec := e.record(id); rec.Status != middleware.ApprovalRejected {
+		t.Fatalf("record %s, want rejected", rec.Status)
+	}
+	if _, err := e.call(agent, "42", id); middleware.CodeOf(err) != middleware.CodeApprovalRejected || e.runs.Load() != 0 {
+		t.Fatalf("resume after rejection: %v, %d runs", err, e.runs.Load())
+	}
+}
+
+// TestRefusalsChangeNothing: each refusal is clear, and the record stays
+// pending with no decision event.
+func TestRefusalsChangeNothing(t *testing.T) {
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	path := "/api/approvals/" + id + "/decision"
+	approve := `{"approve":true,"comment":"sure"}`
+	sameOrigin := map[string]string{"Sec-Fetch-Site": "same-origin"}
+	for _, tc := range []struct {
+		name   string
+		r      req
+		status int
+		code   string
+	}{
+		{"no session", req{method: "POST", path: path, contentType: "application/json", body: approve}, http.StatusUnauthorized, "unauthorized"},
+		{"unknown session", req{method: "POST", path: path, session: "s-mallory", token: e.token("s-bob"), contentType: "application/json", body: approve}, http.StatusUnauthorized, "unauthorized"},
+		{"no token", req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: approve, header: sameOrigin}, http.StatusForbidden, "csrf_token"},
+		{"forged token", req{method: "POST", path: path, session: "s-bob", token: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", contentType: "application/json", body: approve, header: sameOrigin}, http.StatusForbidden, "csrf_token"},
+		{"another approver's token", req{method: "POST", path: path, session: "s-bob", token: e.token("s-carol"), contentType: "application/json", body: approve, header: sameOrigin}, http.StatusForbidden, "csrf_token"},
+		{"cross-site, even with the token", req{method: "POST", path: path, session: "s-bob", token: e.token("s-bob"), contentType: "application/json", body: approve, header: map[string]string{"Sec-Fetch-Site": "cross-site"}}, http.StatusForbidden, "cross_origin"},
+		{"foreign Origin, even with the token", req{method: "POST", path: path, session: "s-bob", token: e.token("s-bob"), contentType: "application/json", body: approve, header: map[string]string{"Origin": "https://evil.example"}}, http.StatusForbidden, "cross_origin"},
+		{"a form post", req{method: "POST", path: path, session: "s-bob", token: e.token("s-bob"), contentType: "application/x-www-form-urlencoded", body: "approve=true"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{"no verdict", req{method: "POST", path: path, session: "s-bob", token: e.token("s-bob"), contentType: "application/json", body: `{"comment":"hm"}`}, http.StatusBadRequest, "bad_request"},
+		{"unknown field", req{method: "POST", path: path, session: "s-bob", token: e.token("s-bob"), contentType: "application/json", body: `{"approve":true,"approver":"bob"}`}, http.StatusBadRequest, "bad_request"},
+		{"self-approval by the requester", req{method: "POST", path: path, session: "s-agent", token: e.token("s-agent"), contentType: "application/json", body: approve, header: sameOrigin}, http.StatusForbidden, "self_approval"},
+		{"self-approval by whom the agent acts for", req{method: "POST", path: path, session: "s-alice", token: e.token("s-alice"), contentType: "application/json", body: approve, header: sameOrigin}, http.StatusForbidden, "self_approval"},
+		{"another tenant's manager", req{method: "POST", path: path, session: "s-dave", token: e.token("s-dave"), contentType: "application/json", body: approve, header: sameOrigin}, http.StatusNotFound, "not_found"},
+		{"by GET", req{method: "GET", path: path, session: "s-bob"}, http.StatusMethodNotAllowed, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.r)
+			if r.status != tc.status || r.errorCode() != tc.code {
+				t.Fatalf("%d %s, want %d with code %q", r.status, r.body, tc.status, tc.code)
+			}
+			if tc.code == "self_approval" && !strings.Contains(string(r.body), "self-approval") {
+				t.Errorf("the refusal must name the rule: %s", r.body)
+			}
+			if rec := e.record(id); rec.Status != middleware.ApprovalPending || !rec.DecidedAt.IsZero() || rec.Comment != "" {
+				t.Fatalf("a refused decision changed the record: %+v", rec)
+			}
+			if n := e.decisions(); n != 0 {
+				t.Fatalf("a refused decision emitted %d decision events", n)
+			}
+		})
+	}
+	if e.runs.Load() != 0 {
+		t.Fatal("deciding executed the refund")
+	}
+}
+
+func TestDecidedOnceOnly(t *testing.T) {
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	if r := e.decide("s-bob", id, true, "ok"); r.status != http.StatusOK {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	if r := e.decide("s-bob", id, true, "ok"); r.status != http.StatusOK {
+		t.Errorf("the same decision again by the same approver is a no-op, not an error: %d %s", r.status, r.body)
+	}
+	r := e.decide("s-carol", id, false, "no")
+	if r.status != http.StatusConflict || r.errorCode() != "not_pending" {
+		t.Errorf("a second, different decision: %d %s, want 409 not_pending", r.status, r.body)
+	}
+	if rec := e.record(id); rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID {
+		t.Errorf("record after a refused second decision: %+v", rec)
+	}
+}
+
+func TestExpiredCannotBeDecided(t *testing.T) {
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	e.advance(16 * time.Minute)
+	r := e.decide("s-bob", id, true, "late")
+	if r.status != http.StatusConflict || r.errorCode() != "expired" {
+		t.Fatalf("deciding an expired approval: %d %s, want 409 expired", r.status, r.body)
+	}
+	if rec := e.record(id); rec.Status != middleware.ApprovalExpired || !rec.DecidedAt.IsZero() {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestRedactionOption(t *testing.T) {
+	e := newEnv(t, approvalconsole.WithRedaction(func(rec middleware.ApprovalRecord) string {
+		return "a " + rec.Risk.String() + "-risk refund"
+	}))
+	id := e.requested(agent, "42")
+	r := e.do(req{method: "GET", path: "/api/approvals/" + id, session: "s-bob"})
+	var a approvalconsole.Approval
+	_ = json.Unmarshal(r.body, &a)
+	if a.View != "a high-risk refund" {
+		t.Errorf("view %q, want the redaction function's", a.View)
+	}
+}
+
+func TestTokensAreBoundToKeyIdentityAndSession(t *testing.T) {
+	key := []byte("a key the instances share")
+	a := newEnv(t, approvalconsole.WithCSRFKey(key))
+	b := newEnv(t, approvalconsole.WithCSRFKey(key))
+	c := newEnv(t)
+	if a.token("s-bob") != b.token("s-bob") {
+		t.Error("two instances with one key must hand out the same token")
+	}
+	if a.token("s-bob") == c.token("s-bob") || a.token("s-bob") == a.token("s-carol") {
+		t.Error("tokens must differ across keys and approvers")
+	}
+
+	sid := "1"
+	s := newEnv(t, approvalconsole.WithSession(func(*http.Request) string { return sid }))
+	old := s.token("s-bob")
+	sid = "2"
+	if s.token("s-bob") == old {
+		t.Fatal("with WithSession, a new session must get a new token")
+	}
+	id := s.requested(agent, "42")
+	r := s.do(req{method: "POST", path: "/api/approvals/" + id + "/decision", session: "s-bob", token: old, contentType: "application/json", body: `{"approve":true}`})
+	if r.status != http.StatusForbidden || r.errorCode() != "csrf_token" {
+		t.Errorf("a token of an ended session: %d %s, want 403 csrf_token", r.status, r.body)
+	}
+}
+
+func TestPageAndHeaders(t *testing.T) {
+	e := newEnv(t)
+	for path, ctype := range map[string]string{"/": "text/html", "/console.js": "text/javascript", "/console.css": "text/css"} {
+		r := e.do(req{method: "GET", path: path})
+		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), ctype) {
+			t.Errorf("GET %s: %d %s, want 200 %s", path, r.status, r.header.Get("Content-Type"), ctype)
+		}
+		if r.header.Get("X-Frame-Options") != "DENY" || !strings.Contains(r.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+			strings.Contains(r.header.Get("Content-Security-Policy"), "unsafe-inline") {
+			t.Errorf("GET %s: framing or inline script must be refused, got CSP %q", path, r.header.Get("Content-Security-Policy"))
+		}
+	}
+	if r := e.do(req{method: "GET", path: "/api/session"}); r.status != http.StatusUnauthorized || !strings.Contains(string(r.body), "sign in") {
+		t.Errorf("GET /api/session without a session: %d %s", r.status, r.body)
+	}
+}
+
+func TestEngineWithoutStore(t *testing.T) {
+	eng, err := middleware.New(nil, middleware.WithProtoFiles(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(approvalconsole.New(eng, authorize))
+	defer srv.Close()
+	hr, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/api/approvals", nil)
+	hr.AddCookie(&http.Cookie{Name: "session", Value: "s-bob"})
+	res, err := srv.Client().Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("an engine without a store: %d, want 503", res.StatusCode)
+	}
+}
+
+func TestNewPanicsWithoutEngineOrAuthorizer(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("New(nil, nil) must panic")
+		}
+	}()
+	approvalconsole.New(nil, nil)
+}
+
+func TestTrustedOriginMayDecide(t *testing.T) {
+	e := newEnv(t, approvalconsole.WithTrustedOrigin("https://admin.example"))
+	id := e.requested(agent, "42")
+	path := "/api/approvals/" + id + "/decision"
+	r := e.do(req{method: "POST", path: path, session: "s-bob", token: e.token("s-bob"), contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://elsewhere.example"}})
+	if r.status != http.StatusForbidden || r.errorCode() != "cross_origin" {
+		t.Fatalf("an untrusted origin: %d %s, want 403 cross_origin", r.status, r.body)
+	}
+	r = e.do(req{method: "POST", path: path, session: "s-bob", token: e.token("s-bob"), contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://admin.example"}})
+	if r.status != http.StatusOK {
+		t.Fatalf("the trusted origin: %d %s, want 200", r.status, r.body)
+	}
+}

@@ -1,0 +1,175 @@
+package approvalconsole_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/approvalconsole"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// browser starts a headless Chromium with a fresh profile (the allocator
+// makes a temporary user-data-dir and removes it when the browser stops),
+// bounded by one minute for the whole test. Without Chromium the test is
+// skipped, unless AGENTSAFE_REQUIRE_BROWSER=1 (CI) makes that a failure.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("AGENTSAFE_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("AGENTSAFE_REQUIRE_BROWSER=1 but there is no Chromium at %s (apt-get install chromium): %v", chromiumPath, err)
+		}
+		t.Skipf("skipped: no Chromium at %s (apt-get install chromium); set AGENTSAFE_REQUIRE_BROWSER=1 to fail instead", chromiumPath)
+	}
+	ctx, cancelTimeout := context.WithTimeout(t.Context(), time.Minute)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox, // as root, Chromium refuses to start sandboxed
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1100, 860),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	tabCtx, cancelTab := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc() // waits for the browser to exit
+		cancelTimeout()
+	})
+	return tabCtx
+}
+
+func signIn(url, session string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, network.SetCookie, network.SetCookieParams{Name: "session", Value: session, URL: url})
+		return chromedp.Void{}, err
+	}
+}
+
+// screenshot writes a PNG of the page to dir (AGENTSAFE_SCREENSHOT_DIR to
+// keep it, a test temp dir otherwise) and checks it is one.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("screenshot is not a PNG (%d bytes)", len(png))
+	}
+	dir := os.Getenv("AGENTSAFE_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBrowserApproverApprovesAndTheAgentResumesOnce(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+
+	// Mounted the way an application would.
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize)))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	card := `.approval[data-id="` + id + `"]`
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(card)),
+	)
+	if err != nil {
+		t.Fatalf("the pending approval did not appear: %v", err)
+	}
+	page, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Signed in as bob", procRefund, "agent-7 (agent) on behalf of alice", "the capability always requires approval",
+		"refund order 42: 120 EUR (card ••••)", "risk: high", "needs: manager", "Expires"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page does not show %q:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, secret) || strings.Contains(page, "sha256:") {
+		t.Errorf("the page shows the raw input or its digest:\n%s", page)
+	}
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(card+" textarea.comment"), "customer called, refund ok")); err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, "console-pending.png")
+
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(card+" .status.approved")),
+	)
+	if err != nil {
+		t.Fatalf("approving in the browser: %v", err)
+	}
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .status")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != "approved by bob: customer called, refund ok" {
+		t.Errorf("status line %q", status)
+	}
+	screenshot(t, ctx, "console-approved.png")
+
+	rec := e.record(id)
+	if rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called, refund ok" {
+		t.Fatalf("the record after the click: %+v", rec)
+	}
+	if e.runs.Load() != 0 {
+		t.Fatal("approving ran the refund; only the agent's resume may")
+	}
+	if _, err := e.call(agent, "42", id); err != nil {
+		t.Fatalf("the agent's resume: %v", err)
+	}
+	if _, err := e.call(agent, "42", id); middleware.CodeOf(err) != middleware.CodeApprovalConsumed {
+		t.Fatalf("a second resume: %v, want APPROVAL_CONSUMED", err)
+	}
+	if n := e.runs.Load(); n != 1 {
+		t.Fatalf("the refund ran %d times, want exactly once", n)
+	}
+
+	// Alice, for whom the agent acts, may not approve its next request: the
+	// page says why, and nothing changes.
+	next := e.requested(agent, "43")
+	card = `.approval[data-id="` + next + `"]`
+	err = chromedp.Do(ctx,
+		signIn(srv.URL, "s-alice"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(card+" .self")),
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(card+" .status.error")),
+	)
+	if err != nil {
+		t.Fatalf("self-approval in the browser: %v", err)
+	}
+	refusal, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .status")))
+	if !strings.Contains(refusal, "self-approval is refused") {
+		t.Errorf("the page's refusal %q does not name the rule", refusal)
+	}
+	if rec := e.record(next); rec.Status != middleware.ApprovalPending {
+		t.Errorf("a refused self-approval changed the record: %s", rec.Status)
+	}
+}

@@ -1,0 +1,73 @@
+// Package approvalconsole is the approver's desk: an [http.Handler] with a
+// JSON API over an engine's approval store and a small page on top of it
+// (plain HTML and JavaScript, embedded, no build step), where a person sees
+// what an agent asked to do and approves or rejects it.
+//
+//	console := approvalconsole.New(eng, func(r *http.Request) (middleware.Actor, error) {
+//		u, err := myapp.UserFromSession(r) // the application's own login
+//		if err != nil {
+//			return middleware.Actor{}, err
+//		}
+//		return middleware.Actor{ID: u.ID, Tenant: u.Org, Kind: "user"}, nil
+//	})
+//	mux.Handle("/console/", http.StripPrefix("/console", console))
+//
+// Deciding executes nothing: the agent resumes its call with the approval id,
+// and the engine consumes the approval then, once.
+//
+// # Routes
+//
+//	GET  /                              the page (console.js, console.css beside it)
+//	GET  /api/session                   {"approver", "csrfToken", "csrfHeader"}
+//	GET  /api/approvals                 {"approvals": [...]}: the pending approvals
+//	GET  /api/approvals/{id}            one [Approval], in any status
+//	POST /api/approvals/{id}/decision   {"approve": bool, "comment": string} → the [Approval]
+//
+// Refusals are JSON ([ErrorBody]) with a code: 401 unauthorized; 403
+// cross_origin, csrf_token, self_approval, approver_not_allowed; 404
+// not_found; 409 not_pending, expired; 400 bad_request; 415
+// unsupported_media_type; 503 unavailable. A refusal changes nothing.
+//
+// # Who may decide
+//
+// That is the application's question. The [Authorizer] given to New says who
+// a request is from (an error or an empty id is 401, for every route but the
+// static page). An approver sees and decides only requests of their own
+// tenant; another tenant's approval reads as not found. The store's rules
+// apply inside its Decide, atomically, whichever instance serves the
+// request (memory for one process, Redis for many): the requester and anyone
+// in its OnBehalfOf chain may not decide it (self_approval, unless the store
+// allows self-approval), the store's approver policy may refuse
+// (approver_not_allowed), and only a pending, unexpired record can be
+// decided. Decisions go through [middleware.Engine.Decide], which emits
+// capability.approved or capability.rejected.
+//
+// # What the page shows
+//
+// Procedure, approval type, risk and side effect, the requester and whom
+// they act for, the reasons, the expiry, and a redacted view of the input:
+// the record's View, which the engine rendered through the application's
+// middleware.WithApprovalView, or what [WithRedaction] returns. Never the
+// input itself, never the digest, never the requesting execution's id.
+// Everything from the server is inserted as text, never as HTML; a Content
+// Security Policy allows only the console's own script and style and
+// forbids framing (so the buttons cannot be clickjacked).
+//
+// # CSRF
+//
+// A decision is accepted only when all of these hold:
+//   - it is a POST with a JSON body (application/json): an HTML form cannot
+//     send one, and a cross-origin script cannot without a CORS preflight,
+//     which the console never answers;
+//   - it passes Go's [http.CrossOriginProtection]: a browser's Sec-Fetch-Site
+//     must say same-origin (or, without it, Origin must match Host), unless
+//     the origin was trusted with [WithTrustedOrigin];
+//   - it carries the approver's token in [TokenHeader]: an HMAC-SHA256,
+//     under a server key ([WithCSRFKey]; random per process by default), of
+//     the approver's tenant and id (and session, with [WithSession]). The
+//     page reads it from GET /api/session, which another origin cannot read,
+//     and a token is worth nothing to anyone but its approver.
+//
+// Safe methods never change anything. Instances behind one load balancer
+// must share the key.
+package approvalconsole
