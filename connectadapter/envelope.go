@@ -61,32 +61,5 @@ func envelopeFromError(err error) (middleware.Envelope, bool) {
 	if d == nil {
 		return middleware.Envelope{}, false
 	}
-	code, ok := middleware.ParseCode(d.GetCode())
-	if !ok || code == middleware.CodeOK {
-		// A code this client does not know (a newer server): the failure is
-		// real, its kind unknown, and re-invoking is not known to be safe.
-		code = middleware.CodeExecutionFailed
-		d.Retryable = false
-	}
-	return middleware.Envelope{
-		ExecutionID: d.GetExecutionId(),
-		Procedure:   d.GetProcedure(),
-		Status:      statusOf(code),
-		Error:       &middleware.EnvelopeError{Code: code, Message: ce.Message(), Retryable: d.GetRetryable()},
-		Attempts:    int(d.GetAttempts()),
-		ApprovalID:  d.GetApprovalId(),
-	}, true
-}
-
-// statusOf is the envelope status of a failure code, as the engine sets it.
-// The engine keeps this table unexported; it is repeated here so that a
-// client can rebuild the envelope from the code on the wire.
-func statusOf(c middleware.Code) middleware.Status {
-	switch c {
-	case middleware.CodeTimeout, middleware.CodeCancelled:
-		return middleware.StatusCancelled
-	case middleware.CodeApprovalRequired:
-		return middleware.StatusApprovalRequired
-	}
-	return middleware.StatusFailed
+	return middleware.EnvelopeFromDetail(d, ce.Message()), true
 }

@@ -3,14 +3,12 @@ package connectadapter
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
@@ -30,13 +28,11 @@ var _ connect.Interceptor = (*Interceptor)(nil)
 // with the capability metadata, from the registry or from the method options
 // of the registered descriptors, in a *[middleware.ValidationError] naming
 // procedure and field.
-//
-// New also marks the registry's streaming procedures as Streaming, from
-// their method descriptors in protoregistry.GlobalFiles, so that a Go entry
-// requiring approval for a stream fails here even when its method carries
-// no option.
+// The engine knows which procedures stream from their descriptors, so a Go
+// entry requiring approval for a stream fails here even when its method
+// carries no option.
 func New(reg *middleware.Registry, opts ...middleware.Option) (*Interceptor, error) {
-	eng, err := middleware.New(markStreaming(reg), opts...)
+	eng, err := middleware.New(reg, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -116,40 +112,4 @@ func undeclared(spec connect.Spec) error {
 	return connect.NewError(connect.CodeInternal, fmt.Errorf(
 		"agentsafe: %s declares a capability option that the engine was not built with; build it with middleware.WithProtoFiles holding the method's file, or register the procedure",
 		spec.Procedure))
-}
-
-// markStreaming returns reg with Streaming set on the entries whose
-// procedure is a streaming method of a registered descriptor; other entries,
-// their order and any duplicates are kept for the engine to judge.
-func markStreaming(reg *middleware.Registry) *middleware.Registry {
-	if reg == nil {
-		return nil
-	}
-	out := middleware.NewRegistry()
-	for procedure, c := range reg.All() {
-		if md, ok := methodOf(procedure); ok && (md.IsStreamingClient() || md.IsStreamingServer()) {
-			c.Streaming = true
-		}
-		out.Register(procedure, c)
-	}
-	return out
-}
-
-// methodOf finds the descriptor of "/package.Service/Method" in
-// protoregistry.GlobalFiles.
-func methodOf(procedure string) (protoreflect.MethodDescriptor, bool) {
-	service, method, ok := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
-	if !ok {
-		return nil, false
-	}
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
-	if err != nil {
-		return nil, false
-	}
-	sd, ok := d.(protoreflect.ServiceDescriptor)
-	if !ok {
-		return nil, false
-	}
-	md := sd.Methods().ByName(protoreflect.Name(method))
-	return md, md != nil
 }

@@ -136,10 +136,11 @@ func TestInvalidOptionsFailAtBuild(t *testing.T) {
 		}
 	})
 	t.Run("approval on a stream registered in Go", func(t *testing.T) {
-		// Option scanning is off: only the method descriptor says Stream streams.
+		// The registry entry replaces the option whole, so only the method
+		// descriptor says that Stream streams.
 		_, err := connectadapter.New(middleware.NewRegistry().Register(procStream, middleware.Capability{
 			SideEffect: middleware.SideEffectRead, Approval: middleware.Approval{Required: true},
-		}), middleware.WithProtoFiles(nil))
+		}))
 		if err == nil || !strings.Contains(err.Error(), procStream+" (registry): Approval.Required") {
 			t.Fatalf("New: %v, want approval on a stream refused", err)
 		}

@@ -43,7 +43,7 @@ func wireError(err error, env middleware.Envelope) *connect.Error {
 		}
 		out = connect.NewError(connect.Code(code.RPCCode()), &wireMessage{msg: msg, err: err})
 	}
-	if d, derr := connect.NewErrorDetail(errorDetail(env)); derr == nil {
+	if d, derr := connect.NewErrorDetail(env.ErrorDetail()); derr == nil {
 		out.AddDetail(d)
 	}
 	return out
@@ -63,19 +63,6 @@ func handlerError(err error) (*connect.Error, bool) {
 		return nil, false
 	}
 	return errors.AsType[*connect.Error](ae.err)
-}
-
-func errorDetail(env middleware.Envelope) *agentsafev1.ErrorDetail {
-	d := &agentsafev1.ErrorDetail{
-		ExecutionId: env.ExecutionID,
-		ApprovalId:  env.ApprovalID,
-		Procedure:   env.Procedure,
-		Attempts:    int32(env.Attempts),
-	}
-	if e := env.Error; e != nil {
-		d.Code, d.Retryable = e.Code.String(), e.Retryable
-	}
-	return d
 }
 
 // wireMessage is the message a governed error shows the caller, wrapping the

@@ -32,28 +32,12 @@ func EnvelopeFrom(header, trailer metadata.MD, err error) (middleware.Envelope, 
 	if err != nil {
 		st, _ := status.FromError(err)
 		for _, d := range st.Details() {
-			detail, ok := d.(*agentsafev1.ErrorDetail)
-			if !ok {
-				continue
+			if detail, ok := d.(*agentsafev1.ErrorDetail); ok {
+				env = middleware.EnvelopeFromDetail(detail, st.Message())
 			}
-			code, _ := middleware.ParseCode(detail.GetCode())
-			env.ExecutionID, env.ApprovalID, env.Procedure = detail.GetExecutionId(), detail.GetApprovalId(), detail.GetProcedure()
-			env.Attempts = int(detail.GetAttempts())
-			env.Error = &middleware.EnvelopeError{Code: code, Message: st.Message(), Retryable: detail.GetRetryable()}
-			env.Status = statusOf(code)
 		}
 	}
 	return env, env.ExecutionID != ""
-}
-
-func statusOf(c middleware.Code) middleware.Status {
-	switch c {
-	case middleware.CodeTimeout, middleware.CodeCancelled:
-		return middleware.StatusCancelled
-	case middleware.CodeApprovalRequired:
-		return middleware.StatusApprovalRequired
-	}
-	return middleware.StatusFailed
 }
 
 // UnaryClientInterceptor puts the idempotency key of the governed execution

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/agentsafe/agentsafe/middleware"
-	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -177,9 +176,7 @@ func statusFor(env middleware.Envelope, err error) error {
 			st = status.New(s.Code(), s.Message())
 		}
 	}
-	detail := &agentsafev1.ErrorDetail{Code: e.Code.String(), Retryable: e.Retryable, ExecutionId: env.ExecutionID,
-		ApprovalId: env.ApprovalID, Procedure: env.Procedure, Attempts: int32(env.Attempts)}
-	if withDetail, derr := st.WithDetails(detail); derr == nil {
+	if withDetail, derr := st.WithDetails(env.ErrorDetail()); derr == nil {
 		st = withDetail
 	}
 	return st.Err()

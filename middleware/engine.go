@@ -61,8 +61,7 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	if cfg.filesSet {
 		files = cfg.files
 	}
-	fromOptions, optionProblems := scanOptions(files)
-	merged, err := buildCapabilities(fromOptions, optionProblems, reg)
+	merged, err := buildCapabilities(scanOptions(files), reg)
 	if err != nil {
 		errs = append(errs, err)
 	}

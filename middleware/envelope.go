@@ -57,8 +57,11 @@ type EnvelopeError struct {
 	Retryable bool
 }
 
-// statusFor maps a final code to the envelope status.
-func statusFor(c Code) Status {
+// StatusOf returns the envelope status of an execution that ended with c:
+// completed for CodeOK, cancelled for TIMEOUT and CANCELLED,
+// approval_required for APPROVAL_REQUIRED, failed for the rest. Client
+// helpers use it to rebuild an envelope from the code on the wire.
+func StatusOf(c Code) Status {
 	switch c {
 	case CodeOK:
 		return StatusCompleted

@@ -75,27 +75,39 @@ func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 	return c, true, problems
 }
 
+// scanned is what the engine learns from the descriptors at start-up.
+type scanned struct {
+	entries  []registryEntry // methods carrying the option
+	problems []*FieldError
+	// streaming names every streaming method, with or without the option,
+	// so a registry entry for one is known to stream too.
+	streaming map[string]bool
+}
+
 // scanOptions collects the capability of every method in files that carries
 // the option, with the problems found reading them.
-func scanOptions(files *protoregistry.Files) ([]registryEntry, []*FieldError) {
+func scanOptions(files *protoregistry.Files) scanned {
+	var s scanned
 	if files == nil {
-		return nil, nil
+		return s
 	}
-	var entries []registryEntry
-	var problems []*FieldError
+	s.streaming = make(map[string]bool)
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		services := fd.Services()
 		for i := range services.Len() {
 			methods := services.Get(i).Methods()
 			for j := range methods.Len() {
-				c, ok, p := CapabilityFromOptions(methods.Get(j))
-				if ok {
-					entries = append(entries, registryEntry{Procedure(methods.Get(j)), c})
-					problems = append(problems, p...)
+				md := methods.Get(j)
+				if md.IsStreamingClient() || md.IsStreamingServer() {
+					s.streaming[Procedure(md)] = true
+				}
+				if c, ok, p := CapabilityFromOptions(md); ok {
+					s.entries = append(s.entries, registryEntry{Procedure(md), c})
+					s.problems = append(s.problems, p...)
 				}
 			}
 		}
 		return true
 	})
-	return entries, problems
+	return s
 }

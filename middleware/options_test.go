@@ -78,6 +78,7 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 			method("GatedStream", &agentsafev1.Capability{SideEffect: write, Approval: &agentsafev1.Approval{Required: true}}, true, 0),
 			method("NegativeTimeout", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_READ, Timeout: durationpb.New(-time.Second)}, false, 0),
 			method("Fine", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_READ}, false, descriptorpb.MethodOptions_NO_SIDE_EFFECTS),
+			{Name: proto.String("PlainStream"), InputType: proto.String(".bad.v1.M"), OutputType: proto.String(".bad.v1.M"), ServerStreaming: proto.Bool(true)},
 		}}},
 	}
 	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
@@ -88,7 +89,10 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 	if err := files.RegisterFile(file); err != nil {
 		t.Fatal(err)
 	}
-	_, err = middleware.New(nil, middleware.WithProtoFiles(files))
+	// A streaming method without the option, gated from the registry: the
+	// descriptor says it streams, so the registry entry is refused too.
+	_, err = middleware.New(middleware.NewRegistry().Register("/bad.v1.Bad/PlainStream",
+		middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true}}), middleware.WithProtoFiles(files))
 	var verr *middleware.ValidationError
 	if !errors.As(err, &verr) {
 		t.Fatalf("New accepted invalid options: %v", err)
@@ -101,12 +105,13 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 		"/bad.v1.Bad/NoSideEffectsWrite (option): idempotency_level: NO_SIDE_EFFECTS contradicts side effect write",
 		"/bad.v1.Bad/GatedStream (option): Approval.Required",
 		"/bad.v1.Bad/NegativeTimeout (option): Timeout: must not be negative",
+		"/bad.v1.Bad/PlainStream (registry): Approval.Required",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
 	}
-	if len(verr.Problems) != 6 || strings.Contains(err.Error(), "Fine") {
-		t.Errorf("want exactly the 6 problems, got %d:\n%v", len(verr.Problems), err)
+	if len(verr.Problems) != 7 || strings.Contains(err.Error(), "Fine") {
+		t.Errorf("want exactly the 7 problems, got %d:\n%v", len(verr.Problems), err)
 	}
 }

@@ -413,7 +413,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	code := CodeOK
 	if err != nil {
 		code = err.Code
-		env.Status = statusFor(code)
+		env.Status = StatusOf(code)
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
 	}
 	if x.consumed {

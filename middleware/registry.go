@@ -124,9 +124,10 @@ func validate(procedure, source string, c Capability, problems []*FieldError) []
 
 // buildCapabilities validates the option capabilities and the registry and
 // merges them, the registry winning. It reports every problem at once.
-func buildCapabilities(fromOptions []registryEntry, problems []*FieldError, reg *Registry) (map[string]Capability, error) {
-	caps := make(map[string]Capability, len(fromOptions))
-	for _, e := range fromOptions {
+func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, error) {
+	problems := found.problems
+	caps := make(map[string]Capability, len(found.entries))
+	for _, e := range found.entries {
 		problems = validate(e.procedure, "option", e.cap, problems)
 		caps[e.procedure] = e.cap
 	}
@@ -139,7 +140,7 @@ func buildCapabilities(fromOptions []registryEntry, problems []*FieldError, reg 
 			}
 			seen[e.procedure] = true
 			c := e.cap
-			if old, ok := caps[e.procedure]; ok && old.Streaming {
+			if found.streaming[e.procedure] {
 				c.Streaming = true // the descriptor knows; a Go value cannot say "unset"
 			}
 			problems = validate(e.procedure, "registry", c, problems)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 )
 
 // The HTTP header names of the wire format, shared by every adapter.
@@ -140,6 +142,39 @@ func (env *Envelope) UnmarshalJSON(b []byte) error {
 		env.Error = &EnvelopeError{e.Code, e.Message, e.Retryable}
 	}
 	return nil
+}
+
+// ErrorDetail returns the agentsafe.v1.ErrorDetail that RPC adapters
+// (Connect, gRPC) attach to the error of a failed envelope: code,
+// retryable-for-caller, ids and attempts. It returns nil for a completed
+// envelope.
+func (env Envelope) ErrorDetail() *agentsafev1.ErrorDetail {
+	if env.Error == nil {
+		return nil
+	}
+	return &agentsafev1.ErrorDetail{Code: env.Error.Code.String(), Retryable: env.Error.Retryable, ExecutionId: env.ExecutionID,
+		ApprovalId: env.ApprovalID, Procedure: env.Procedure, Attempts: int32(env.Attempts)}
+}
+
+// EnvelopeFromDetail rebuilds the envelope a client sees from the error
+// detail of a failed call and the error's message. A code this client does
+// not know (a newer server) reads as a non-retryable EXECUTION_FAILED: the
+// failure is real, its kind unknown, and re-invoking is not known to be
+// safe.
+func EnvelopeFromDetail(d *agentsafev1.ErrorDetail, message string) Envelope {
+	code, ok := ParseCode(d.GetCode())
+	retryable := d.GetRetryable()
+	if !ok || code == CodeOK {
+		code, retryable = CodeExecutionFailed, false
+	}
+	return Envelope{
+		ExecutionID: d.GetExecutionId(),
+		Procedure:   d.GetProcedure(),
+		Status:      StatusOf(code),
+		Error:       &EnvelopeError{Code: code, Message: message, Retryable: retryable},
+		Attempts:    int(d.GetAttempts()),
+		ApprovalID:  d.GetApprovalId(),
+	}
 }
 
 type keyLabelKey struct{}

@@ -77,3 +77,27 @@ func TestOutgoingIdempotencyKeyFollowsTheLabel(t *testing.T) {
 		t.Error("an outgoing key outside an execution")
 	}
 }
+
+func TestErrorDetailRoundTrip(t *testing.T) {
+	env := middleware.Envelope{ExecutionID: "exe_1", Procedure: "/a.V1/B", Status: middleware.StatusCancelled, Attempts: 2, ApprovalID: "apr_1",
+		Error: &middleware.EnvelopeError{Code: middleware.CodeTimeout, Message: "attempt 2 timed out", Retryable: true}}
+	back := middleware.EnvelopeFromDetail(env.ErrorDetail(), env.Error.Message)
+	if back.ExecutionID != env.ExecutionID || back.Procedure != env.Procedure || back.Status != env.Status || back.Attempts != 2 ||
+		back.ApprovalID != env.ApprovalID || *back.Error != *env.Error {
+		t.Errorf("detail round trip: %+v, want %+v", back, env)
+	}
+	if (middleware.Envelope{Status: middleware.StatusCompleted}).ErrorDetail() != nil {
+		t.Error("a completed envelope has no error detail")
+	}
+	d := env.ErrorDetail()
+	d.Code = "SOMETHING_NEWER"
+	if got := middleware.EnvelopeFromDetail(d, "x"); got.Error.Code != middleware.CodeExecutionFailed || got.Error.Retryable || got.Status != middleware.StatusFailed {
+		t.Errorf("an unknown code must read as a non-retryable EXECUTION_FAILED: %+v", got.Error)
+	}
+	for c, want := range map[middleware.Code]middleware.Status{middleware.CodeOK: middleware.StatusCompleted, middleware.CodeTimeout: middleware.StatusCancelled,
+		middleware.CodeCancelled: middleware.StatusCancelled, middleware.CodeApprovalRequired: middleware.StatusApprovalRequired, middleware.CodeApprovalPending: middleware.StatusFailed} {
+		if got := middleware.StatusOf(c); got != want {
+			t.Errorf("StatusOf(%s) = %s, want %s", c, got, want)
+		}
+	}
+}
