@@ -1,0 +1,119 @@
+package twirpadapter
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/twitchtv/twirp"
+)
+
+// TwirpServer is the method set of every Twirp-generated server (each
+// generated package declares it under that name), so [Wrap] accepts the
+// server of any service and [Server] can stand in for it.
+type TwirpServer interface {
+	http.Handler
+	ServiceDescriptor() ([]byte, int)
+	ProtocGenTwirpVersion() string
+	PathPrefix() string
+}
+
+// Server is a Twirp server governed by an engine. It satisfies the
+// TwirpServer interface of every generated package, so it mounts and routes
+// like the server it wraps:
+//
+//	mux.Handle(srv.PathPrefix(), srv)
+type Server struct {
+	inner TwirpServer
+}
+
+// Wrap builds a Twirp server governed by eng, in one call that wraps the
+// generated constructor: newServer receives the server options to pass on
+// to it, agentsafe's interceptor among them.
+//
+//	srv := twirpadapter.Wrap(eng, func(opts ...any) orderv1.TwirpServer {
+//		return orderv1.NewOrderServiceServer(svc, opts...)
+//	})
+//
+// The returned server also makes the request headers agentsafe reads
+// (Agentsafe-Approval-Id) visible to the interceptor, which Twirp alone does
+// not. Options given with [WithServerOptions] are passed first, so
+// agentsafe's interceptor runs inside every interceptor of yours: an
+// authentication interceptor runs before the engine's actor function.
+//
+// Wrap panics if eng or newServer is nil, or if newServer does not pass the
+// options on (the service would run ungoverned without anyone noticing).
+func Wrap[S TwirpServer](eng *middleware.Engine, newServer func(opts ...any) S, opts ...Option) *Server {
+	if eng == nil || newServer == nil {
+		panic("twirpadapter: Wrap needs an engine and a server constructor")
+	}
+	var cfg config
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	installed := false
+	ours := twirp.ServerOption(func(o *twirp.ServerOptions) {
+		installed = true
+		twirp.WithServerInterceptors(interceptor(eng))(o)
+	})
+	serverOpts := make([]any, 0, len(cfg.serverOpts)+1)
+	for _, o := range cfg.serverOpts {
+		serverOpts = append(serverOpts, o)
+	}
+	inner := newServer(append(serverOpts, ours)...)
+	if !installed {
+		panic("twirpadapter: the constructor given to Wrap must pass its options to the generated New…Server function")
+	}
+	return &Server{inner: inner}
+}
+
+type headerKey struct{}
+
+// ServeHTTP makes the request's headers visible to the interceptor, then
+// serves the request with the wrapped server.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), headerKey{}, r.Header)))
+}
+
+// PathPrefix returns the wrapped server's path prefix, for routing.
+func (s *Server) PathPrefix() string { return s.inner.PathPrefix() }
+
+// ServiceDescriptor returns the wrapped server's service descriptor.
+func (s *Server) ServiceDescriptor() ([]byte, int) { return s.inner.ServiceDescriptor() }
+
+// ProtocGenTwirpVersion returns the protoc-gen-twirp version of the wrapped
+// server.
+func (s *Server) ProtocGenTwirpVersion() string { return s.inner.ProtocGenTwirpVersion() }
+
+// requestHeader returns the request headers Server put in ctx, or nil.
+func requestHeader(ctx context.Context) http.Header {
+	h, _ := ctx.Value(headerKey{}).(http.Header)
+	return h
+}
+
+// Option configures [Wrap].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	serverOpts []twirp.ServerOption
+}
+
+// WithServerOptions passes Twirp server options (hooks, interceptors, path
+// prefix, JSON settings) to the generated constructor, ahead of agentsafe's
+// interceptor. By default only agentsafe's interceptor is passed. Nil
+// options are ignored.
+func WithServerOptions(opts ...twirp.ServerOption) Option {
+	return optionFunc(func(c *config) {
+		for _, o := range opts {
+			if o != nil {
+				c.serverOpts = append(c.serverOpts, o)
+			}
+		}
+	})
+}
