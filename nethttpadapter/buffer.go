@@ -1,0 +1,203 @@
+package nethttpadapter
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// attemptWriter is the ResponseWriter of one buffered attempt. Everything
+// the handler writes stays here; the real ResponseWriter is never reachable
+// from it (no Unwrap, no Flush), so an attempt that is abandoned or fails
+// cannot put a byte on the wire. Only the finalized attempt's writer is
+// replayed, by the serving goroutine, after the execution is final.
+//
+// It follows net/http's rules: the header map is snapshotted when the
+// status is written (later changes are trailers or ignored), the first
+// status wins, Write implies 200, 1xx statuses are dropped (they cannot be
+// held back and are advisory), bodies are refused where the status allows
+// none.
+type attemptWriter struct {
+	header http.Header
+	head   bool // a HEAD request: the body is discarded, as net/http does
+	max    int64
+
+	mu       sync.Mutex
+	sent     http.Header // the header as of WriteHeader
+	status   int
+	body     []byte
+	overflow bool
+	sealed   bool
+}
+
+func newAttemptWriter(r *http.Request, max int64) *attemptWriter {
+	return &attemptWriter{header: make(http.Header), head: r.Method == http.MethodHead, max: max}
+}
+
+func (a *attemptWriter) Header() http.Header { return a.header }
+
+func (a *attemptWriter) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // as net/http
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.writeHeaderLocked(code)
+}
+
+// writeHeaderLocked notes the status, even after sealing: a late handler's
+// status says whether it thinks it succeeded, which the engine reports
+// (capability.abandoned_result).
+func (a *attemptWriter) writeHeaderLocked(code int) {
+	if a.status != 0 || code < 200 {
+		return
+	}
+	a.status = code
+	if !a.sealed {
+		a.sent = a.header.Clone()
+	}
+}
+
+func (a *attemptWriter) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.writeHeaderLocked(http.StatusOK)
+	if a.sealed {
+		// The execution is final and this attempt was not the one: tell a
+		// late handler, as http.TimeoutHandler does.
+		return 0, http.ErrHandlerTimeout
+	}
+	switch {
+	case !bodyAllowed(a.status):
+		return 0, http.ErrBodyNotAllowed
+	case a.head:
+		return len(p), nil
+	case a.overflow || int64(len(a.body))+int64(len(p)) > a.max:
+		a.overflow = true
+		return 0, a.tooLarge()
+	}
+	if a.body == nil {
+		a.body = getBuffer(len(p))
+	}
+	a.body = append(a.body, p...)
+	return len(p), nil
+}
+
+// bufferPool recycles the response buffers of attempts. A buffer goes back
+// only once its writer is sealed (no Write can touch it again) and, for the
+// finalized attempt, replayed.
+var bufferPool sync.Pool
+
+// maxPooledBuffer keeps rare large responses from pinning memory.
+const maxPooledBuffer = 1 << 20
+
+func getBuffer(n int) []byte {
+	if p, ok := bufferPool.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, max(n, 512))
+}
+
+func putBuffer(b []byte) {
+	if b != nil && cap(b) <= maxPooledBuffer {
+		bufferPool.Put(&b)
+	}
+}
+
+// tooLarge is the error an overflowing attempt ends with. It reaches events
+// only; the caller sees a concealed EXECUTION_FAILED.
+func (a *attemptWriter) tooLarge() error {
+	return fmt.Errorf("nethttpadapter: the response exceeds the %d-byte buffer of a governed route (WithMaxResponseBytes); stream it instead", a.max)
+}
+
+// seal stops the writer for good: later writes fail with
+// http.ErrHandlerTimeout, and the buffered body of an attempt that was not
+// finalized is dropped.
+func (a *attemptWriter) seal(keep bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sealed = true
+	if !keep {
+		putBuffer(a.body)
+		a.body = nil
+	}
+}
+
+// result returns the status the handler wrote (200 when it wrote nothing)
+// and whether it wrote at all.
+func (a *attemptWriter) result() (status int, wrote, overflow bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.status == 0 {
+		return http.StatusOK, false, a.overflow
+	}
+	return a.status, true, a.overflow
+}
+
+// replay copies the finalized attempt to the real writer: the header as it
+// was when the status was written, the envelope's ids, the status, the
+// body, then the trailers. Call it after seal, on the serving goroutine.
+func (a *attemptWriter) replay(w http.ResponseWriter, setIDs func(http.Header), method string) {
+	sent, status := a.sent, a.status
+	if status == 0 { // the handler wrote nothing: its header is all there is
+		sent, status = a.header, http.StatusOK
+	}
+	h := w.Header()
+	for k, v := range sent {
+		h[k] = v
+	}
+	// The envelope's headers are the engine's alone: a handler's copy (of a
+	// downstream response, say) belongs to another execution.
+	delete(h, middleware.HeaderExecutionID)
+	delete(h, middleware.HeaderAttempts)
+	delete(h, middleware.HeaderApprovalID)
+	setIDs(h)
+	trailers := trailerKeys(sent, a.header)
+	if len(trailers) == 0 && bodyAllowed(status) && method != http.MethodHead &&
+		h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
+		// The whole body is known: say its length rather than chunk it.
+		h.Set("Content-Length", strconv.Itoa(len(a.body)))
+	}
+	w.WriteHeader(status)
+	if len(a.body) > 0 {
+		_, _ = w.Write(a.body) // the client left: nothing to do about it
+	}
+	for _, k := range trailers {
+		h[k] = a.header[k]
+	}
+	a.mu.Lock()
+	putBuffer(a.body)
+	a.body = nil
+	a.mu.Unlock()
+}
+
+// trailerKeys lists the trailers a handler set: the keys it declared in the
+// Trailer header before writing, and keys with http.TrailerPrefix.
+func trailerKeys(sent, final http.Header) []string {
+	var keys []string
+	for _, v := range sent["Trailer"] {
+		for k := range strings.SplitSeq(v, ",") {
+			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" {
+				if _, ok := final[k]; ok {
+					keys = append(keys, k)
+				}
+			}
+		}
+	}
+	for k := range final {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// bodyAllowed reports whether a response with status may have a body
+// (RFC 9110 §6.4.1), as net/http decides it.
+func bodyAllowed(status int) bool {
+	return (status < 100 || status > 199) && status != http.StatusNoContent && status != http.StatusNotModified
+}

@@ -1,0 +1,143 @@
+package nethttpadapter_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/nethttpadapter"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.RunAdapter(t, conformanceHarness{})
+}
+
+// conformanceHarness serves every fixture as a ServeMux route governed by
+// its pattern, "POST /<fixture>", over a real HTTP server.
+type conformanceHarness struct{}
+
+func (conformanceHarness) Procedure(f conformance.Fixture) string { return "POST /" + string(f) }
+
+func (conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
+	mux := http.NewServeMux()
+	for _, f := range conformance.Fixtures() {
+		mux.HandleFunc("POST /"+string(f), func(w http.ResponseWriter, r *http.Request) {
+			var in conformance.Request
+			_ = json.NewDecoder(r.Body).Decode(&in)
+			resp, err := handle(r.Context(), f, in, w.Header().Set)
+			if err != nil {
+				fail(w, r, err)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(resp)
+		})
+	}
+	mux.HandleFunc("POST /"+string(conformance.FixtureStream), func(w http.ResponseWriter, r *http.Request) {
+		var in conformance.Request
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		w.Header().Set("Content-Type", "text/event-stream")
+		err := stream(r.Context(), in, w.Header().Set, func(resp conformance.Response) error {
+			b, _ := json.Marshal(resp)
+			fmt.Fprintf(w, "data: %s\n\n", b)
+			return http.NewResponseController(w).Flush()
+		})
+		if err != nil {
+			fail(w, r, err)
+		}
+	})
+	srv := httptest.NewServer(nethttpadapter.WrapMux(eng, mux))
+	t.Cleanup(srv.Close)
+	return conformanceClient{srv}
+}
+
+// fail is how a careful net/http handler fails: a status, never the
+// error's text; nothing at all once its context has ended.
+func fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case r.Context().Err() != nil:
+	case middleware.DefaultClassifier(err):
+		http.Error(w, "temporarily unavailable", http.StatusServiceUnavailable)
+	default:
+		http.Error(w, "internal error", http.StatusInternalServerError)
+	}
+}
+
+type conformanceClient struct{ srv *httptest.Server }
+
+func (c conformanceClient) do(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) (*http.Response, error) {
+	body, _ := json.Marshal(req)
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.srv.URL+"/"+string(f), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	if approvalID != "" {
+		r.Header.Set(middleware.HeaderApprovalID, approvalID)
+	}
+	return c.srv.Client().Do(r)
+}
+
+func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	resp, err := c.do(ctx, f, req, approvalID)
+	if err != nil {
+		return conformance.Result{Err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	res := result(resp, b, err)
+	if res.Err == nil && resp.StatusCode == http.StatusOK {
+		res.Response = new(conformance.Response)
+		res.Err = json.Unmarshal(b, res.Response)
+	}
+	return res
+}
+
+func (c conformanceClient) Stream(ctx context.Context, req conformance.Request) ([]conformance.Response, conformance.Result) {
+	resp, err := c.do(ctx, conformance.FixtureStream, req, "")
+	if err != nil {
+		return nil, conformance.Result{Err: err}
+	}
+	defer resp.Body.Close()
+	var msgs []conformance.Response
+	var raw bytes.Buffer
+	lines := bufio.NewScanner(io.TeeReader(resp.Body, &raw))
+	for lines.Scan() {
+		if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok && resp.StatusCode == http.StatusOK {
+			var m conformance.Response
+			if err := json.Unmarshal([]byte(data), &m); err == nil {
+				msgs = append(msgs, m)
+			}
+		}
+	}
+	res := result(resp, raw.Bytes(), lines.Err())
+	if res.Err == nil && resp.StatusCode == http.StatusOK {
+		res.Response = &conformance.Response{}
+	}
+	return msgs, res
+}
+
+// result reads what the client saw: the envelope through the adapter's own
+// helper, headers and trailers, the body.
+func result(resp *http.Response, body []byte, readErr error) conformance.Result {
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	env, _ := nethttpadapter.EnvelopeFromResponse(resp)
+	h := resp.Header.Clone()
+	for k, v := range resp.Trailer {
+		h[k] = append(h[k], v...)
+	}
+	res := conformance.Result{Envelope: env, Header: h, Body: body, Err: readErr}
+	if res.Err == nil && resp.StatusCode != http.StatusOK {
+		res.Err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return res
+}

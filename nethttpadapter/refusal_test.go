@@ -1,0 +1,236 @@
+package nethttpadapter_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/nethttpadapter"
+)
+
+// onlyReader hides the length of a body, so the client sends it chunked.
+type onlyReader struct{ io.Reader }
+
+// watchedReader records whether the client read the body to send it.
+type watchedReader struct {
+	io.Reader
+	read atomic.Bool
+}
+
+func (w *watchedReader) Read(p []byte) (int, error) {
+	w.read.Store(true)
+	return w.Reader.Read(p)
+}
+
+func TestOversizeBodyIsRefusedAndNothingRuns(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	h := newHarness(t, middleware.NewRegistry().Register("w", middleware.Capability{SideEffect: middleware.SideEffectWrite}), func(eng *middleware.Engine) http.Handler {
+		return nethttpadapter.Wrap(eng, "w", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			b, _ := io.ReadAll(r.Body)
+			_, _ = w.Write(b)
+		}), nethttpadapter.WithMaxBodyBytes(16))
+	})
+	for _, tc := range []struct {
+		name string
+		body io.Reader
+	}{
+		{"declared length", strings.NewReader(strings.Repeat("x", 17))},
+		{"chunked", onlyReader{strings.NewReader(strings.Repeat("x", 4<<10))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, h.srv.URL, tc.body)
+			resp, _ := h.do(req)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("status %d, want 413", resp.StatusCode)
+			}
+			env := envelope(t, resp)
+			if env.Status != middleware.StatusFailed || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, "16 bytes") || env.Error.Retryable {
+				t.Errorf("envelope %s %+v, want failed INVALID_ARGUMENT naming the 16-byte limit", env.Status, env.Error)
+			}
+		})
+	}
+	t.Run("declared length, refused before the body is sent", func(t *testing.T) {
+		tr := h.srv.Client().Transport.(*http.Transport).Clone()
+		tr.ExpectContinueTimeout = guard
+		defer tr.CloseIdleConnections()
+		body := &watchedReader{Reader: strings.NewReader(strings.Repeat("x", 17))}
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL, body)
+		req.ContentLength = 17
+		req.Header.Set("Expect", "100-continue")
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || body.read.Load() {
+			t.Errorf("status %d, body sent: %t; want 413 without asking for the body", resp.StatusCode, body.read.Load())
+		}
+	})
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the handler ran %d times for oversize bodies, want 0", n)
+	}
+	if evs := h.rec.Events(); len(evs) != 0 {
+		t.Errorf("an oversize body opened executions: %v", evs)
+	}
+	resp, body := h.post("/", "", strings.Repeat("y", 16))
+	if resp.StatusCode != http.StatusOK || body != strings.Repeat("y", 16) {
+		t.Errorf("a body at the limit: %d %q, want it served", resp.StatusCode, body)
+	}
+}
+
+func TestHandlerPanicIsConcealed(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	cap := read(middleware.Capability{Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
+	h := newHarness(t, middleware.NewRegistry().Register("p", cap).Register("abort", cap), func(eng *middleware.Engine) http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle("/p", nethttpadapter.Wrap(eng, "p", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set("X-Secret", "s3cr3t")
+			_, _ = w.Write([]byte("partial s3cr3t"))
+			panic("database password is s3cr3t")
+		})))
+		mux.Handle("/abort", nethttpadapter.Wrap(eng, "abort", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte("partial"))
+			panic(http.ErrAbortHandler)
+		})))
+		return mux
+	})
+
+	resp, body := h.post("/p", "", "")
+	if resp.StatusCode != http.StatusInternalServerError || strings.Contains(body, "s3cr3t") || resp.Header.Get("X-Secret") != "" {
+		t.Errorf("response %d %q %v leaks the panicking attempt", resp.StatusCode, body, resp.Header)
+	}
+	env := envelope(t, resp)
+	if env.Status != middleware.StatusFailed || env.Error.Code != middleware.CodeExecutionFailed || env.Error.Message != middleware.ConcealedMessage || env.Error.Retryable {
+		t.Errorf("envelope %s %+v, want failed, concealed EXECUTION_FAILED, not retryable", env.Status, env.Error)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("a panicking handler ran %d times, want 1", n)
+	}
+	if f := h.final(); f.Stack == "" || !strings.Contains(f.Error, "s3cr3t") {
+		t.Errorf("final event %+v should carry the panic and its stack (events, not the wire)", f)
+	}
+
+	// http.ErrAbortHandler aborts the response, as net/http does, after the
+	// execution is final; the server goes on serving.
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/abort", nil)
+	if resp, err := h.client.Do(req); err == nil {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Errorf("an aborted response arrived whole: %d %q", resp.StatusCode, b)
+		}
+	}
+	if f := h.final(); f.Code != middleware.CodeExecutionFailed {
+		t.Errorf("the aborted execution ended %s, want EXECUTION_FAILED", f.Code)
+	}
+	if resp, _ := h.post("/p", "", ""); resp.StatusCode != http.StatusInternalServerError {
+		t.Errorf("the server stopped serving after an abort: %d", resp.StatusCode)
+	}
+	h.final()
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	echo := func(runs *atomic.Int32) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			b, _ := io.ReadAll(r.Body)
+			_, _ = w.Write(b)
+		})
+	}
+	reg := func() *middleware.Registry {
+		return middleware.NewRegistry().Register("w", middleware.Capability{SideEffect: middleware.SideEffectWrite})
+	}
+
+	t.Run("malformed JSON reaches the handler as sent", func(t *testing.T) {
+		t.Parallel()
+		var runs atomic.Int32
+		h := newHarness(t, reg(), func(eng *middleware.Engine) http.Handler { return nethttpadapter.Wrap(eng, "w", echo(&runs)) })
+		const bad = `{"amount": 42,`
+		resp, body := h.post("/", "application/json", bad)
+		if resp.StatusCode != http.StatusOK || body != bad || runs.Load() != 1 {
+			t.Errorf("response %d %q after %d runs, want the handler to get %q", resp.StatusCode, body, runs.Load(), bad)
+		}
+	})
+
+	t.Run("a malformed approval header is INVALID_ARGUMENT naming it", func(t *testing.T) {
+		t.Parallel()
+		var runs atomic.Int32
+		h := newHarness(t, reg(), func(eng *middleware.Engine) http.Handler { return nethttpadapter.Wrap(eng, "w", echo(&runs)) })
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL, strings.NewReader("{}"))
+		req.Header.Set(middleware.HeaderApprovalID, "apr_not-an-id")
+		resp, _ := h.do(req)
+		env := envelope(t, resp)
+		if resp.StatusCode != http.StatusBadRequest || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, middleware.HeaderApprovalID) {
+			t.Errorf("response %d %+v, want 400 INVALID_ARGUMENT naming %s", resp.StatusCode, env.Error, middleware.HeaderApprovalID)
+		}
+		if runs.Load() != 0 {
+			t.Error("the handler ran despite a malformed approval header")
+		}
+	})
+
+	t.Run("strict mode refuses an unknown procedure with 404 CAPABILITY_NOT_FOUND", func(t *testing.T) {
+		t.Parallel()
+		var runs atomic.Int32
+		h := newHarness(t, reg(), func(eng *middleware.Engine) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("POST /wrapped", nethttpadapter.Wrap(eng, "typo", echo(&runs)))
+			mux.Handle("POST /unregistered", echo(&runs))
+			return nethttpadapter.WrapMux(eng, mux)
+		}, middleware.WithStrict())
+		for _, path := range []string{"/wrapped", "/unregistered"} {
+			resp, _ := h.post(path, "", "x")
+			env := envelope(t, resp)
+			if resp.StatusCode != http.StatusNotFound || env.Error.Code != middleware.CodeCapabilityNotFound {
+				t.Errorf("%s: %d %+v, want 404 CAPABILITY_NOT_FOUND", path, resp.StatusCode, env.Error)
+			}
+		}
+		if runs.Load() != 0 {
+			t.Error("a handler ran for an unknown procedure in strict mode")
+		}
+		// A path no pattern matches is the mux's own 404, not an envelope.
+		if resp, _ := h.post("/nowhere", "", ""); resp.StatusCode != http.StatusNotFound || resp.Header.Get(middleware.HeaderExecutionID) != "" {
+			t.Errorf("unmatched path: %d %v, want the mux's plain 404", resp.StatusCode, resp.Header)
+		}
+	})
+}
+
+// probe is a comparable handler that records whether it ran inside an
+// execution.
+type probe struct{ governed atomic.Bool }
+
+func (p *probe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, ok := middleware.ExecutionFromContext(r.Context())
+	p.governed.Store(ok)
+}
+
+func TestUngovernedRoutesPassThroughUntouched(t *testing.T) {
+	t.Parallel()
+	eng, err := middleware.New(middleware.NewRegistry().Register("known", read(middleware.Capability{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &probe{}
+	if got := nethttpadapter.Wrap(eng, "unknown", p); got != http.Handler(p) {
+		t.Errorf("Wrap of an ungoverned procedure returned %T, want the handler itself", got)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /health", p)
+	h := httptestServer(t, nethttpadapter.WrapMux(eng, mux))
+	resp, err := h.Client().Get(h.URL + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if p.governed.Load() || resp.Header.Get(middleware.HeaderExecutionID) != "" {
+		t.Errorf("an ungoverned pattern was governed: header %v", resp.Header)
+	}
+}

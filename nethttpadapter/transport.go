@@ -1,0 +1,64 @@
+package nethttpadapter
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// IdempotencyKeyTransport returns a RoundTripper that puts the execution's
+// idempotency key on outgoing requests to the listed hosts, as the
+// Idempotency-Key header, then sends them with next (http.DefaultTransport
+// when nil). Use it for the clients a governed handler calls the systems
+// where its effects live with, passing the handler's request context:
+//
+//	client := &http.Client{Transport: nethttpadapter.IdempotencyKeyTransport(nil, "api.payments.example")}
+//	req, _ := http.NewRequestWithContext(r.Context(), "POST", url, body)
+//
+// The key is [middleware.OutgoingIdempotencyKey]: the same across runtime
+// retries of one execution, and a stable sub-key per label set with
+// [middleware.WithKeyLabel], so two different downstream calls of one
+// execution carry two keys.
+//
+// A host entry matches a request's host name, or its host:port when the
+// entry has a port; case does not matter. With no hosts, no request gets a
+// key: keys go only where the application says. Requests outside a governed
+// execution, and requests that already carry an Idempotency-Key, are sent
+// unchanged. The caller's request is never modified (it is cloned first).
+func IdempotencyKeyTransport(next http.RoundTripper, hosts ...string) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &keyTransport{next: next, hosts: append([]string(nil), hosts...)}
+}
+
+type keyTransport struct {
+	next  http.RoundTripper
+	hosts []string
+}
+
+func (t *keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.listed(req) || req.Header.Get(middleware.HeaderIdempotencyKey) != "" {
+		return t.next.RoundTrip(req)
+	}
+	key, ok := middleware.OutgoingIdempotencyKey(req.Context())
+	if !ok {
+		return t.next.RoundTrip(req)
+	}
+	out := req.Clone(req.Context())
+	out.Header.Set(middleware.HeaderIdempotencyKey, key)
+	return t.next.RoundTrip(out)
+}
+
+func (t *keyTransport) listed(req *http.Request) bool {
+	if req.URL == nil {
+		return false
+	}
+	for _, h := range t.hosts {
+		if strings.EqualFold(h, req.URL.Host) || strings.EqualFold(h, req.URL.Hostname()) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,256 @@
+package nethttpadapter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// Wrap governs h as procedure: the name under which the engine's registry
+// (or a protobuf method option) holds its capability. A procedure the
+// engine does not govern gets h back untouched, so a route adopts agentsafe
+// by wrapping it and registering its capability, in either order; in strict
+// mode ([middleware.WithStrict]) an unknown procedure is refused with 404
+// CAPABILITY_NOT_FOUND instead.
+//
+// A capability with Streaming set runs in stream mode (see the package
+// documentation); every other governed route is buffered. Wrap panics if
+// eng or h is nil.
+func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Option) http.Handler {
+	if eng == nil || h == nil {
+		panic("nethttpadapter: Wrap needs an engine and a handler")
+	}
+	if !eng.Governs(procedure) {
+		return h
+	}
+	c, _ := eng.Lookup(procedure)
+	return &route{eng: eng, procedure: procedure, h: h, cfg: newConfig(opts), stream: c.Streaming}
+}
+
+// WrapMux governs every route of mux whose pattern names a capability: the
+// procedure of a request is the pattern it matched, exactly as registered
+// (for example "POST /refunds/{id}"). Requests that match no pattern, or a
+// pattern the engine does not govern, go to mux untouched. It is the
+// one-line adoption for a whole ServeMux:
+//
+//	http.ListenAndServe(addr, nethttpadapter.WrapMux(eng, mux))
+//
+// WrapMux panics if eng or mux is nil.
+func WrapMux(eng *middleware.Engine, mux *http.ServeMux, opts ...Option) http.Handler {
+	if eng == nil || mux == nil {
+		panic("nethttpadapter: WrapMux needs an engine and a ServeMux")
+	}
+	return &muxRoute{eng: eng, mux: mux, cfg: newConfig(opts)}
+}
+
+type route struct {
+	eng       *middleware.Engine
+	procedure string
+	h         http.Handler
+	cfg       config
+	stream    bool
+}
+
+func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.stream {
+		serveStream(rt.eng, rt.procedure, rt.h, &rt.cfg, w, r)
+		return
+	}
+	serveBuffered(rt.eng, rt.procedure, rt.h, &rt.cfg, w, r)
+}
+
+type muxRoute struct {
+	eng *middleware.Engine
+	mux *http.ServeMux
+	cfg config
+}
+
+func (m *muxRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, pattern := m.mux.Handler(r)
+	if pattern == "" || !m.eng.Governs(pattern) {
+		m.mux.ServeHTTP(w, r)
+		return
+	}
+	// Each attempt is routed again by the mux, on its own request copy, so
+	// the handler sees its pattern and path values as usual.
+	if c, _ := m.eng.Lookup(pattern); c.Streaming {
+		serveStream(m.eng, pattern, m.mux, &m.cfg, w, r)
+		return
+	}
+	serveBuffered(m.eng, pattern, m.mux, &m.cfg, w, r)
+}
+
+// serveBuffered runs one governed, buffered request: read the body once,
+// execute, then write the finalized attempt or the envelope.
+func serveBuffered(eng *middleware.Engine, procedure string, h http.Handler, cfg *config, w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, cfg.maxBody)
+	if err != nil {
+		refuse(w, r, procedure, err)
+		return
+	}
+	x := &exchange{r: r, body: body, h: h, max: cfg.maxResponse}
+	call := middleware.Call{
+		Procedure:  procedure,
+		Input:      middleware.HTTPInput(r, body, cfg.bound...),
+		ApprovalID: r.Header.Get(middleware.HeaderApprovalID),
+	}
+	v, env, _ := eng.Execute(r.Context(), call, x.attempt)
+	// The finalized attempt's writer comes back on failure too, when its
+	// handler answered 5xx: that response passes through as written. It is
+	// nil when no attempt returned in time, or its response is not fit to
+	// send (a panic, an overflow).
+	final, _ := v.(*attemptWriter)
+	x.seal(final)
+	switch {
+	case final != nil:
+		final.replay(w, env.SetHeaders, r.Method)
+	case env.Error != nil:
+		writeEnvelope(w, env, env.Error.Code.HTTPStatus())
+	}
+}
+
+// exchange is the state one request shares with its attempts: the body read
+// once, and every attempt's writer, so that all can be sealed at the end.
+type exchange struct {
+	r    *http.Request
+	body []byte
+	h    http.Handler
+	max  int64
+
+	mu      sync.Mutex
+	writers []*attemptWriter
+}
+
+// attempt is the middleware.AttemptFunc: one run of the handler on its own
+// request copy (a fresh reader over the body, the attempt's context) and
+// its own bounded writer.
+func (x *exchange) attempt(ctx context.Context) (any, error) {
+	aw := newAttemptWriter(x.r, x.max)
+	x.mu.Lock()
+	x.writers = append(x.writers, aw)
+	x.mu.Unlock()
+
+	req := x.r.Clone(ctx)
+	req.ContentLength = int64(len(x.body))
+	req.Body = http.NoBody
+	if len(x.body) > 0 {
+		req.Body = newBodyReader(x.body)
+	}
+	x.h.ServeHTTP(aw, req)
+
+	status, wrote, overflow := aw.result()
+	switch {
+	case overflow:
+		return nil, aw.tooLarge()
+	case ctx.Err() != nil && (!wrote || status >= 500):
+		// The handler gave up because its context ended: that is the
+		// outcome (TIMEOUT or CANCELLED), not an empty 200 or its 5xx.
+		return nil, ctx.Err()
+	case status >= 500:
+		err := error(&StatusError{Status: status})
+		if status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout {
+			err = middleware.Retryable(err)
+		}
+		return aw, err
+	}
+	return aw, nil
+}
+
+// seal ends every attempt's writer; only final keeps its body, for replay.
+func (x *exchange) seal(final *attemptWriter) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, aw := range x.writers {
+		aw.seal(aw == final)
+	}
+}
+
+// bodyReader replays the body to one attempt. It keeps bytes.Reader's
+// WriteTo, so io.Copy from it does not allocate a buffer.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := new(bodyReader)
+	r.Reset(b)
+	return r
+}
+
+func (*bodyReader) Close() error { return nil }
+
+// StatusError is the error an attempt ends with when its handler answered
+// with a status of 500 or more: EXECUTION_FAILED, retryable (within what
+// the capability allows) for 502, 503 and 504. A [middleware.Classifier]
+// sees it, wrapped by [middleware.Retryable] for those three, and may
+// decide otherwise. When the attempt is the finalized one, its response
+// reaches the client as the handler wrote it.
+type StatusError struct {
+	Status int
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("handler answered %d %s", e.Status, http.StatusText(e.Status))
+}
+
+// errTooLarge is why a body is refused; it carries the limit for the message.
+type errTooLarge struct{ limit int64 }
+
+func (e errTooLarge) Error() string {
+	return fmt.Sprintf("the request body exceeds the limit of %d bytes", e.limit)
+}
+
+// readBody reads the whole body, at most limit bytes. A Content-Length over
+// the limit is refused without reading.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, errTooLarge{limit}
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	size := 512
+	if r.ContentLength > 0 {
+		size = int(r.ContentLength) + 1 // +1: the read that sees EOF needs no growth
+	}
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				return nil, errTooLarge{limit}
+			}
+			return nil, err
+		}
+	}
+}
+
+// refuse answers a request whose body could not be read; nothing ran.
+func refuse(w http.ResponseWriter, r *http.Request, procedure string, err error) {
+	env := middleware.Envelope{Procedure: procedure, Status: middleware.StatusFailed}
+	status := http.StatusBadRequest
+	switch t, ok := errors.AsType[errTooLarge](err); {
+	case ok:
+		status = http.StatusRequestEntityTooLarge
+		env.Error = &middleware.EnvelopeError{Code: middleware.CodeInvalidArgument, Message: t.Error()}
+	case r.Context().Err() != nil:
+		env.Status = middleware.StatusCancelled
+		env.Error = &middleware.EnvelopeError{Code: middleware.CodeCancelled, Message: "the caller cancelled the call"}
+		status = middleware.CodeCancelled.HTTPStatus()
+	default:
+		env.Error = &middleware.EnvelopeError{Code: middleware.CodeInvalidArgument, Message: "the request body could not be read"}
+	}
+	writeEnvelope(w, env, status)
+}
