@@ -2,9 +2,7 @@ package connectadapter
 
 import (
 	"context"
-	"net"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -16,7 +14,7 @@ import (
 // downstream service where the effect lives. It sends it only to the hosts
 // it was built with. On a handler it does nothing.
 type ClientInterceptor struct {
-	hosts []string
+	hosts middleware.KeyHosts
 }
 
 var _ connect.Interceptor = (*ClientInterceptor)(nil)
@@ -33,24 +31,14 @@ var _ connect.Interceptor = (*ClientInterceptor)(nil)
 // runtime retries. An Idempotency-Key the application set on the request
 // itself is kept. A call made outside a governed execution is sent unchanged.
 func NewClientInterceptor(hosts ...string) *ClientInterceptor {
-	c := &ClientInterceptor{}
-	for _, h := range hosts {
-		h = strings.ToLower(strings.TrimSpace(h))
-		if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-			h = h[1 : len(h)-1] // a bare IPv6 literal
-		}
-		if h != "" {
-			c.hosts = append(c.hosts, h)
-		}
-	}
-	return c
+	return &ClientInterceptor{hosts: middleware.NewKeyHosts(hosts...)}
 }
 
 // WrapUnary implements [connect.Interceptor].
 func (c *ClientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if req.Spec().IsClient && c.allowed(req.Peer().Addr) {
-			setKey(ctx, req.Header())
+		if req.Spec().IsClient {
+			setKey(ctx, c.hosts, req.Peer().Addr, req.Header())
 		}
 		return next(ctx, req)
 	}
@@ -60,9 +48,7 @@ func (c *ClientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 func (c *ClientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
-		if c.allowed(conn.Peer().Addr) {
-			setKey(ctx, conn.RequestHeader())
-		}
+		setKey(ctx, c.hosts, conn.Peer().Addr, conn.RequestHeader())
 		return conn
 	}
 }
@@ -72,30 +58,12 @@ func (c *ClientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	return next
 }
 
-func setKey(ctx context.Context, h http.Header) {
+// setKey keeps an Idempotency-Key the application set itself.
+func setKey(ctx context.Context, hosts middleware.KeyHosts, addr string, h http.Header) {
 	if h.Get(middleware.HeaderIdempotencyKey) != "" {
 		return
 	}
-	if key, ok := middleware.OutgoingIdempotencyKey(ctx); ok {
+	if key, ok := hosts.Key(ctx, addr); ok {
 		h.Set(middleware.HeaderIdempotencyKey, key)
 	}
-}
-
-// allowed reports whether addr, a client peer address (the host[:port] of
-// the client's base URL), is one of the listed hosts.
-func (c *ClientInterceptor) allowed(addr string) bool {
-	if len(c.hosts) == 0 || addr == "" {
-		return false
-	}
-	addr = strings.ToLower(addr)
-	host := addr
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		host = h
-	}
-	for _, h := range c.hosts {
-		if h == addr || h == host {
-			return true
-		}
-	}
-	return false
 }

@@ -2,8 +2,7 @@ package grpcadapter
 
 import (
 	"context"
-	"net"
-	"slices"
+	"strings"
 	"strconv"
 
 	"github.com/agentsafe/agentsafe/middleware"
@@ -46,25 +45,20 @@ func EnvelopeFrom(header, trailer metadata.MD, err error) (middleware.Envelope, 
 // host:port, as the client connection's target names them). Calls made
 // outside an execution, or to other hosts, are untouched.
 func UnaryClientInterceptor(hosts ...string) grpc.UnaryClientInterceptor {
+	allowed := middleware.NewKeyHosts(hosts...)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if key, ok := middleware.OutgoingIdempotencyKey(ctx); ok && allowed(cc.CanonicalTarget(), hosts) {
+		if key, ok := allowed.Key(ctx, targetAddr(cc.CanonicalTarget())); ok {
 			ctx = metadata.AppendToOutgoingContext(ctx, mdKey, key)
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }
 
-func allowed(target string, hosts []string) bool {
-	// Canonical targets look like "dns:///host:port" or "passthrough:///host:port".
-	for i := len(target) - 1; i >= 0; i-- {
-		if target[i] == '/' {
-			target = target[i+1:]
-			break
-		}
+// targetAddr is the host:port of a canonical target such as
+// "dns:///host:port" or "passthrough:///host:port".
+func targetAddr(target string) string {
+	if i := strings.LastIndexByte(target, '/'); i >= 0 {
+		return target[i+1:]
 	}
-	host, _, err := net.SplitHostPort(target)
-	if err != nil {
-		host = target
-	}
-	return slices.Contains(hosts, target) || slices.Contains(hosts, host)
+	return target
 }

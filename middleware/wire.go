@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 )
@@ -198,4 +201,49 @@ func OutgoingIdempotencyKey(ctx context.Context) (string, bool) {
 	}
 	label, _ := ctx.Value(keyLabelKey{}).(string)
 	return x.SubKey(label), true
+}
+
+// KeyHosts lists the downstream hosts an execution's idempotency key may be
+// sent to (SPEC §5: only to hosts the application lists). Every adapter's
+// client helper uses it. The zero value lists none.
+type KeyHosts struct{ hosts []string }
+
+// NewKeyHosts lists hosts: each is a host name or IP address, which matches
+// any port, or host:port, which matches that port only; case does not
+// matter, and a bracketed IPv6 literal may be given with or without
+// brackets.
+func NewKeyHosts(hosts ...string) KeyHosts {
+	var k KeyHosts
+	for _, h := range hosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+			h = h[1 : len(h)-1]
+		}
+		if h != "" {
+			k.hosts = append(k.hosts, h)
+		}
+	}
+	return k
+}
+
+// Allows reports whether addr, a host or host:port, is listed.
+func (k KeyHosts) Allows(addr string) bool {
+	if addr == "" {
+		return false
+	}
+	addr = strings.ToLower(addr)
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	return slices.Contains(k.hosts, addr) || slices.Contains(k.hosts, host)
+}
+
+// Key returns the Idempotency-Key an outgoing call made with ctx to addr
+// should carry: [OutgoingIdempotencyKey] when addr is listed, else false.
+func (k KeyHosts) Key(ctx context.Context, addr string) (string, bool) {
+	if !k.Allows(addr) {
+		return "", false
+	}
+	return OutgoingIdempotencyKey(ctx)
 }

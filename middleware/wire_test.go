@@ -101,3 +101,30 @@ func TestErrorDetailRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyHostsListWhereKeysMayGo(t *testing.T) {
+	k := middleware.NewKeyHosts("Payments.Internal", "10.0.0.7:8443", "[::1]", " ")
+	for addr, want := range map[string]bool{
+		"payments.internal": true, "payments.internal:443": true, "PAYMENTS.internal:9000": true,
+		"10.0.0.7:8443": true, "10.0.0.7:80": false, "10.0.0.7": false,
+		"[::1]:8080": true, "evil.example": false, "": false,
+	} {
+		if got := k.Allows(addr); got != want {
+			t.Errorf("Allows(%q) = %t, want %t", addr, got, want)
+		}
+	}
+	if (middleware.KeyHosts{}).Allows("payments.internal") {
+		t.Error("no hosts listed must allow none")
+	}
+	f := newFixture(t, procRead, read(0, time.Second))
+	f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		if key, ok := k.Key(ctx, "payments.internal:443"); !ok || key != x.IdempotencyKey {
+			t.Errorf("Key to a listed host = %q, %t", key, ok)
+		}
+		if _, ok := k.Key(ctx, "evil.example"); ok {
+			t.Error("a key for a host not listed")
+		}
+		return nil, nil
+	})
+}

@@ -2,7 +2,6 @@ package nethttpadapter
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
 )
@@ -30,35 +29,23 @@ func IdempotencyKeyTransport(next http.RoundTripper, hosts ...string) http.Round
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	return &keyTransport{next: next, hosts: append([]string(nil), hosts...)}
+	return &keyTransport{next: next, hosts: middleware.NewKeyHosts(hosts...)}
 }
 
 type keyTransport struct {
 	next  http.RoundTripper
-	hosts []string
+	hosts middleware.KeyHosts
 }
 
 func (t *keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !t.listed(req) || req.Header.Get(middleware.HeaderIdempotencyKey) != "" {
+	if req.URL == nil || req.Header.Get(middleware.HeaderIdempotencyKey) != "" {
 		return t.next.RoundTrip(req)
 	}
-	key, ok := middleware.OutgoingIdempotencyKey(req.Context())
+	key, ok := t.hosts.Key(req.Context(), req.URL.Host)
 	if !ok {
 		return t.next.RoundTrip(req)
 	}
 	out := req.Clone(req.Context())
 	out.Header.Set(middleware.HeaderIdempotencyKey, key)
 	return t.next.RoundTrip(out)
-}
-
-func (t *keyTransport) listed(req *http.Request) bool {
-	if req.URL == nil {
-		return false
-	}
-	for _, h := range t.hosts {
-		if strings.EqualFold(h, req.URL.Host) || strings.EqualFold(h, req.URL.Hostname()) {
-			return true
-		}
-	}
-	return false
 }
