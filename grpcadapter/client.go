@@ -2,8 +2,8 @@ package grpcadapter
 
 import (
 	"context"
-	"strings"
 	"strconv"
+	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
