@@ -28,7 +28,9 @@ import (
 // a loopback round trip. Read's capability comes from its method option
 // (read, two retries, one second per attempt).
 
-type connectRead struct{ testv1connect.UnimplementedTestServiceHandler }
+type connectRead struct {
+	testv1connect.UnimplementedTestServiceHandler
+}
 
 func (connectRead) Read(_ context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
 	return connect.NewResponse(&testv1.Response{Id: r.Msg.GetId()}), nil
@@ -66,7 +68,9 @@ func BenchmarkConnectUnary(b *testing.B) {
 	}
 }
 
-type grpcRead struct{ testv1.UnimplementedTestServiceServer }
+type grpcRead struct {
+	testv1.UnimplementedTestServiceServer
+}
 
 func (grpcRead) Read(_ context.Context, r *testv1.Request) (*testv1.Response, error) {
 	return &testv1.Response{Id: r.GetId()}, nil
