@@ -1,0 +1,216 @@
+package mcpadapter
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// Bridge exposes the governed unary procedures of Connect services as MCP
+// tools. Build one with [New]; install its tools on an MCP server with
+// [Bridge.AddTools], or use [Bridge.NewServer] or [Bridge.Handler]. It is
+// safe for concurrent use.
+type Bridge struct {
+	cfg   config
+	types interface {
+		protoregistry.ExtensionTypeResolver
+		protoregistry.MessageTypeResolver
+	}
+	tools []*tool
+}
+
+// tool is one governed procedure, listed as an MCP tool.
+type tool struct {
+	b          *Bridge
+	def        *mcp.Tool
+	procedure  string
+	method     protoreflect.MethodDescriptor
+	capability middleware.Capability
+	client     *connect.Client[dynamicpb.Message, dynamicpb.Message]
+}
+
+// New builds the tools of the procedures of services that eng governs.
+//
+// h serves the services in process, as the application mounts them: the
+// handlers their generated New…ServiceHandler functions return, with the
+// agentsafe interceptor (connectadapter) and the service's own interceptors
+// installed, usually the application's whole mux. Every tool call is one
+// Connect request to h, so authentication, the engine and the handler run
+// exactly as for any other caller.
+//
+// services names the services to expose, by full name
+// ("orders.v1.OrderService", the generated …ServiceName constant) or by
+// the path New…ServiceHandler returned ("/orders.v1.OrderService/"). Their
+// descriptors are looked up in protoregistry.GlobalFiles unless
+// [WithProtoFiles] says otherwise.
+//
+// Only procedures the engine governs become tools (see
+// middleware.Engine.Lookup): an ungoverned procedure never appears.
+// Streaming procedures are left out, because a tool call has one input
+// and one result.
+//
+// Every problem fails New, all at once, each naming its procedure: an
+// unknown service, a tool name MCP does not allow (see the package
+// documentation for how names are made), two procedures under one tool
+// name, a request field that collides with the "_approval_id" argument.
+func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Option) (*Bridge, error) {
+	if eng == nil || h == nil {
+		return nil, errors.New("mcpadapter: New needs an engine and a handler")
+	}
+	if len(services) == 0 {
+		return nil, errors.New("mcpadapter: New needs at least one service")
+	}
+	b := &Bridge{cfg: defaultConfig()}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&b.cfg)
+		}
+	}
+	b.types = protoregistry.GlobalTypes
+	if b.cfg.files != protoregistry.GlobalFiles {
+		b.types = dynamicpb.NewTypes(b.cfg.files)
+	}
+	httpClient := &http.Client{Transport: inProcess{h}}
+	var problems []error
+	byName := map[string]*tool{}
+	for _, name := range services {
+		sd, err := b.service(name)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		methods := sd.Methods()
+		for i := range methods.Len() {
+			md := methods.Get(i)
+			proc := middleware.Procedure(md)
+			c, governed := eng.Lookup(proc)
+			if !governed || md.IsStreamingClient() || md.IsStreamingServer() {
+				continue
+			}
+			t, err := b.newTool(httpClient, proc, md, c)
+			if err != nil {
+				problems = append(problems, err)
+				continue
+			}
+			if prev, dup := byName[t.def.Name]; dup {
+				if prev.procedure != proc {
+					problems = append(problems, fmt.Errorf("mcpadapter: procedures %s and %s are both listed as tool %q; give one of them another tool_name", prev.procedure, proc, t.def.Name))
+				}
+				continue
+			}
+			byName[t.def.Name] = t
+			b.tools = append(b.tools, t)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	return b, nil
+}
+
+func (b *Bridge) service(name string) (protoreflect.ServiceDescriptor, error) {
+	full := protoreflect.FullName(strings.Trim(name, "/"))
+	d, err := b.cfg.files.FindDescriptorByName(full)
+	if err != nil {
+		return nil, fmt.Errorf("mcpadapter: service %q: %w", name, err)
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, fmt.Errorf("mcpadapter: %q is not a service", name)
+	}
+	return sd, nil
+}
+
+func (b *Bridge) newTool(httpClient *http.Client, proc string, md protoreflect.MethodDescriptor, c middleware.Capability) (*tool, error) {
+	name := toolName(md, c.ToolName)
+	if err := checkToolName(name); err != nil {
+		return nil, fmt.Errorf("mcpadapter: %s: %w", proc, err)
+	}
+	in := md.Input()
+	if fd := in.Fields().ByJSONName(approvalArgument); fd != nil || in.Fields().ByTextName(approvalArgument) != nil {
+		return nil, fmt.Errorf("mcpadapter: %s: request field %q collides with the %q argument of the tool", proc, approvalArgument, approvalArgument)
+	}
+	input := messageSchema(in)
+	input.Properties[approvalArgument] = &jsonschema.Schema{Type: "string", Description: approvalArgumentDoc}
+	input.PropertyOrder = append(input.PropertyOrder, approvalArgument)
+	h := c.Hints()
+	t := &tool{
+		b:          b,
+		procedure:  proc,
+		method:     md,
+		capability: c,
+		def: &mcp.Tool{
+			Name:         name,
+			Description:  c.Description,
+			InputSchema:  input,
+			OutputSchema: messageSchema(md.Output()),
+			Annotations: &mcp.ToolAnnotations{
+				ReadOnlyHint:    h.ReadOnly,
+				DestructiveHint: ptr(h.Destructive),
+				IdempotentHint:  h.Idempotent,
+				OpenWorldHint:   ptr(h.OpenWorld),
+			},
+			Meta: mcp.Meta{
+				metaProcedure:  proc,
+				metaSideEffect: c.SideEffect.String(),
+				metaRisk:       c.Risk.String(),
+			},
+		},
+	}
+	if c.Approval.Required {
+		t.def.Meta[metaApprovalType] = c.Approval.Type
+	}
+	t.client = connect.NewClient[dynamicpb.Message, dynamicpb.Message](httpClient, "http://in-process"+proc,
+		connect.WithSchema(md),
+		// In process there is no network to save: no gzip.
+		connect.WithAcceptCompression("gzip", nil, nil),
+		connect.WithResponseInitializer(func(_ connect.Spec, msg any) error {
+			m, ok := msg.(*dynamicpb.Message)
+			if !ok {
+				return fmt.Errorf("mcpadapter: unexpected response type %T", msg)
+			}
+			*m = *dynamicpb.NewMessage(md.Output())
+			return nil
+		}),
+	)
+	return t, nil
+}
+
+// AddTools installs the bridge's tools on s, replacing tools of the same
+// names.
+func (b *Bridge) AddTools(s *mcp.Server) {
+	for _, t := range b.tools {
+		s.AddTool(t.def, t.call)
+	}
+}
+
+// NewServer returns a new MCP server with the bridge's tools. A nil impl
+// names the server "agentsafe".
+func (b *Bridge) NewServer(impl *mcp.Implementation, opts *mcp.ServerOptions) *mcp.Server {
+	if impl == nil {
+		impl = &mcp.Implementation{Name: "agentsafe", Version: "v1"}
+	}
+	s := mcp.NewServer(impl, opts)
+	b.AddTools(s)
+	return s
+}
+
+// Handler returns an HTTP handler that serves the bridge's tools over
+// MCP's streamable HTTP transport, from one server made by
+// [Bridge.NewServer] with its defaults; opts may be nil. Put the
+// application's HTTP authentication in front of it: the default of
+// [WithHeaders] forwards the Authorization header of each MCP request to
+// the procedures.
+func (b *Bridge) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
+	s := b.NewServer(nil, nil)
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
+}

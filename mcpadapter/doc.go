@@ -1,0 +1,122 @@
+// Package mcpadapter reaches agents where they are: it exposes the governed
+// procedures of Connect services as MCP tools, for the official MCP Go SDK
+// (github.com/modelcontextprotocol/go-sdk), with the tool listing derived
+// from the same metadata the engine enforces and every tool call governed
+// by the same engine as any other caller.
+//
+//	eng, err := middleware.New(reg, middleware.WithActor(actorOf), middleware.WithApprovalStore(store),
+//		middleware.WithEventSink(mcpadapter.ProgressSink())) // optional: retries as MCP progress
+//	mux.Handle(ordersv1connect.NewOrderServiceHandler(svc,
+//		connect.WithInterceptors(auth, connectadapter.NewInterceptor(eng))))
+//	bridge, err := mcpadapter.New(eng, mux, []string{ordersv1connect.OrderServiceName})
+//	if err != nil {
+//		log.Fatal(err) // every problem at once, naming procedures
+//	}
+//	mux.Handle("/mcp", bridge.Handler(nil)) // streamable HTTP; or bridge.NewServer for any transport
+//
+// # Tools
+//
+// New lists one tool per unary procedure of the named services that the
+// engine governs (middleware.Engine.Lookup); ungoverned procedures never
+// appear, and streaming ones are left out, because a tool call has one
+// input and one result.
+//
+//   - Name: the capability's ToolName (the tool_name method option, or the Go
+//     registry's Capability.ToolName) when set, else the method name in snake
+//     case: /orders.v1.OrderService/RefundOrder is "refund_order". Names must
+//     be valid MCP tool names (1–128 characters of A-Z a-z 0-9 _ - .); two
+//     procedures under one name fail New, naming both.
+//   - Description: the capability's Description.
+//   - Annotations: the engine's hints (middleware.Capability.Hints), the one
+//     mapping shared with the capability listing: readOnlyHint for side
+//     effect none or read, destructiveHint for destructive, idempotentHint
+//     for a declared Idempotent, openWorldHint for external. destructiveHint
+//     and openWorldHint are always written, because MCP defaults them to true.
+//   - Input schema: the request message as protojson reads it, plus the
+//     optional "_approval_id" argument; output schema: the response message
+//     as protojson writes it. Messages are closed objects of their fields
+//     under their JSON names; nothing is required (proto3 has no required
+//     fields; proto2 required ones are listed); 64-bit integers are an
+//     integer or a decimal string; enums are their value names; repeated
+//     fields are arrays and maps objects; well-known types take their JSON
+//     form (Timestamp and Duration strings, wrappers their scalar, Struct,
+//     Value, ListValue, Any); a message that can contain itself is defined
+//     once under $defs.
+//   - _meta: "agentsafe/procedure", "agentsafe/sideEffect", "agentsafe/risk"
+//     and, for capabilities that always need an approval,
+//     "agentsafe/approvalType".
+//
+// # The order things happen in
+//
+// For each tools/call, on the SDK's handler goroutine:
+//
+//  1. The arguments are split: "_approval_id" is taken out, the rest is
+//     decoded with protojson into the request message. Arguments protojson
+//     refuses (an unknown field, a wrong type) fail the call with
+//     INVALID_ARGUMENT naming the argument ("items[2].quantity"), and
+//     nothing runs.
+//  2. The request headers are made by the WithHeaders function: by default
+//     the Authorization header of the MCP HTTP request, so the identity the
+//     MCP client authenticated with is the one the service authenticates.
+//     The Agentsafe-Approval-Id header is set from "_approval_id" only.
+//  3. The procedure is called in process: one Connect request (binary
+//     protobuf) served by the handler given to New, on the call's context.
+//     The service's interceptors, its authentication and the engine run as
+//     for any caller; the engine's actor function sees what the service's
+//     authentication found. Cancelling the MCP request cancels the context:
+//     the execution ends CANCELLED and the handler's context is done.
+//  4. The envelope becomes the result (below).
+//
+// # Results
+//
+// The mapping from the envelope is deterministic:
+//
+//   - completed: structuredContent is the response as JSON (protojson,
+//     lowerCamelCase names, zero values included, compact), and a text
+//     content carries the same JSON for clients that read only text;
+//   - every other outcome is isError, with the envelope's JSON form as its
+//     text content — {"status", "executionId", "procedure", "attempts",
+//     "error": {"code", "message", "retryable"}, "approvalId"} — where
+//     retryable means safe for the caller to re-invoke, and messages are
+//     what the engine lets callers see (a plain Go error stays "the
+//     operation failed"). approval_required and APPROVAL_PENDING add a
+//     second text that tells the model the approval id and what to do next,
+//     APPROVAL_CONSUMED one that says the approved call already ran;
+//   - a call refused before the engine ran (invalid arguments, the
+//     service's authentication) is isError with the same JSON shape, an
+//     empty execution id, and no envelope in _meta.
+//
+// Results of calls the engine ran carry the envelope in _meta under
+// "agentsafe/envelope" (read it with [ReadEnvelope]) and the procedure's
+// response headers under "agentsafe/headers" (read them with
+// [ReadHeader]): the agentsafe headers always, others only when named with
+// [WithResponseHeaders].
+//
+// # Resuming an approved call
+//
+// A call that needs an approval ends approval_required with an approval
+// id, and nothing runs. Once a human approved it (middleware.Engine.Decide,
+// an approval console), the model calls the same tool again with the same
+// arguments and "_approval_id". The argument only sets the
+// Agentsafe-Approval-Id request header; the engine's binding decides, in
+// one atomic step: the same actor, procedure and input digest, approved,
+// unexpired, unconsumed. So the argument cannot be bent into another call:
+// other arguments are APPROVAL_INPUT_MISMATCH, another tool
+// APPROVAL_RESUME_MISMATCH, a second resume APPROVAL_CONSUMED. The bridge
+// keeps no state between calls: the resume may reach another instance, or
+// come in another session, than the call that asked for the approval.
+//
+// # Progress
+//
+// With [ProgressSink] installed on the engine, a client that sends a
+// progress token gets a notifications/progress for each runtime retry of
+// its call, before the result. Without it, or without a token, nothing is
+// sent.
+//
+// # Limits
+//
+// The bridge speaks Connect to the handler, so the services must be
+// Connect handlers (connectadapter governs them). It cannot tell before a
+// call whether the handler really has the agentsafe interceptor installed:
+// a result without "agentsafe/envelope" in _meta shows that it has not.
+package mcpadapter

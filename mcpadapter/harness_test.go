@@ -1,0 +1,144 @@
+package mcpadapter_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/connectadapter"
+	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
+	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
+	"github.com/agentsafe/agentsafe/mcpadapter"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.RunAdapter(t, harness{})
+}
+
+// harness serves the conformance fixtures as agentsafe.test.v1.TestService
+// through Connect, governed by the suite's engine, bridged to MCP on the
+// in-memory transport; the client calls tools with the SDK's client and
+// reads everything from the tool results, as an MCP client would.
+type harness struct{}
+
+var fixtureProcedures = map[conformance.Fixture]string{
+	conformance.FixtureRead:            testv1connect.TestServiceReadProcedure,
+	conformance.FixtureWrite:           testv1connect.TestServiceWriteProcedure,
+	conformance.FixtureIdempotentWrite: testv1connect.TestServiceIdempotentWriteProcedure,
+	conformance.FixtureSlow:            testv1connect.TestServiceSlowProcedure,
+	conformance.FixtureGated:           testv1connect.TestServiceGatedProcedure,
+	conformance.FixtureStream:          testv1connect.TestServiceStreamProcedure,
+}
+
+func (harness) Procedure(f conformance.Fixture) string { return fixtureProcedures[f] }
+
+func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, _ conformance.StreamHandler) conformance.Client {
+	mux := http.NewServeMux()
+	mux.Handle(testv1connect.NewTestServiceHandler(&fixtureService{handle: handle}, connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+	b, err := mcpadapter.New(eng, mux, []string{testv1connect.TestServiceName},
+		mcpadapter.WithResponseHeaders("X-Conformance-Attempt", "X-Conformance-Late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := connectInMemory(t, b, nil)
+	// Tools are found by the procedure their _meta names, as a client
+	// that knows the service would.
+	tools := map[string]string{}
+	for tool, err := range cs.Tools(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := tool.Meta["agentsafe/procedure"].(string); ok {
+			tools[p] = tool.Name
+		}
+	}
+	return mcpClient{cs: cs, tools: tools}
+}
+
+type fixtureService struct {
+	testv1connect.UnimplementedTestServiceHandler
+	handle conformance.Handler
+}
+
+func (s *fixtureService) serve(ctx context.Context, f conformance.Fixture, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+	setHeader := func(k, v string) {
+		if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
+			ci.ResponseHeader().Set(k, v)
+		}
+	}
+	r := req.Msg
+	resp, err := s.handle(ctx, f, conformance.Request{ID: r.GetId(), Mode: conformance.Mode(r.GetMode()), FailTimes: int(r.GetFailTimes()), Count: int(r.GetCount())}, setHeader)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&testv1.Response{Id: resp.ID, Attempt: int32(resp.Attempt), ExecutionId: resp.ExecutionID, IdempotencyKey: resp.IdempotencyKey}), nil
+}
+
+func (s *fixtureService) Read(ctx context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+	return s.serve(ctx, conformance.FixtureRead, r)
+}
+func (s *fixtureService) Write(ctx context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+	return s.serve(ctx, conformance.FixtureWrite, r)
+}
+func (s *fixtureService) IdempotentWrite(ctx context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+	return s.serve(ctx, conformance.FixtureIdempotentWrite, r)
+}
+func (s *fixtureService) Slow(ctx context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+	return s.serve(ctx, conformance.FixtureSlow, r)
+}
+func (s *fixtureService) Gated(ctx context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+	return s.serve(ctx, conformance.FixtureGated, r)
+}
+
+type mcpClient struct {
+	cs    *mcp.ClientSession
+	tools map[string]string // by procedure
+}
+
+func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	args := map[string]any{"id": req.ID, "mode": string(req.Mode), "failTimes": req.FailTimes}
+	if approvalID != "" {
+		args["_approval_id"] = approvalID
+	}
+	name, ok := c.tools[fixtureProcedures[f]]
+	if !ok {
+		return conformance.Result{Err: errors.New("no tool for " + fixtureProcedures[f])}
+	}
+	r, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		return conformance.Result{Err: err}
+	}
+	env, _ := mcpadapter.ReadEnvelope(r)
+	out := conformance.Result{Envelope: env, Header: mcpadapter.ReadHeader(r)}
+	var body []string
+	for _, content := range r.Content {
+		if tc, ok := content.(*mcp.TextContent); ok {
+			body = append(body, tc.Text)
+		}
+	}
+	out.Body = []byte(strings.Join(body, "\n"))
+	if r.IsError {
+		out.Err = errors.New(string(out.Body))
+		return out
+	}
+	raw, err := json.Marshal(r.StructuredContent)
+	if err != nil {
+		out.Err = err
+		return out
+	}
+	var resp testv1.Response
+	if err := protojson.Unmarshal(raw, &resp); err != nil {
+		out.Err = err
+		return out
+	}
+	out.Response = &conformance.Response{ID: resp.GetId(), Attempt: int(resp.GetAttempt()), ExecutionID: resp.GetExecutionId(), IdempotencyKey: resp.GetIdempotencyKey()}
+	return out
+}
