@@ -100,3 +100,32 @@ func WithRetention(d time.Duration) Option {
 		}
 	})
 }
+
+// WithKeyPrefix sets the prefix of the Redis store's keys; the default is
+// "agentsafe:apr". Stores that share a Redis but not their approvals (two
+// applications, or tests) use different prefixes. It must not contain
+// braces: every key is a hash tag of its own. The memory store ignores it.
+func WithKeyPrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.prefix = prefix })
+}
+
+// WithWait makes the Redis store wait, after each consumption, until at
+// least replicas replicas have acknowledged it, for at most timeout: WAIT
+// is pipelined behind the consuming script on the same connection of the
+// record's master. With fewer acknowledgements Consume fails with an error
+// that is not a decision, so the engine answers APPROVAL_UNAVAILABLE and
+// runs nothing; the approval is spent all the same (its record reads
+// in_doubt after the lease), and the caller asks for a new one. By default
+// the store does not wait (replicas 0), and a failover can lose a
+// consumption that had not reached the new primary. timeout must be below
+// the client's ReadTimeout (NewRedis checks); zero or less means one
+// second. Only *redis.Client and *redis.ClusterClient support it. The
+// memory store ignores it.
+func WithWait(replicas int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.waitN = replicas
+		if timeout > 0 {
+			c.waitTimeout = timeout
+		}
+	})
+}
