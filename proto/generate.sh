@@ -3,6 +3,7 @@
 #
 #   proto/agentsafe/v1/*.proto        -> protoc-gen-go
 #   internal/testproto/testv1/*.proto -> protoc-gen-go, -connect-go, -twirp, -go-grpc
+#   examples/proto/orders/v1/*.proto  -> the same, into examples/internal/gen
 #
 # Usage, from anywhere: proto/generate.sh
 #
@@ -37,6 +38,6 @@ tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2
 cd "$root"
 # Remove the previous output first, so that nothing stale survives a renamed
 # or deleted .proto file.
-find proto internal/testproto -type f \
+find proto internal/testproto examples/internal/gen -type f \
 	\( -name '*.pb.go' -o -name '*.connect.go' -o -name '*.twirp.go' \) -exec rm -f {} +
 PATH="$bin:$PATH" buf generate --config proto/buf.yaml --template proto/buf.gen.yaml .

@@ -1,210 +1,148 @@
-// Command refund shows agentsafe protecting a small order service from an
-// agent that times out, loops and calls twice. It runs a scripted agent
-// against the engine and prints what happened and the audit events of each
-// call.
+// Command refund shows agentsafe protecting an order service from an AI
+// agent that times out, loops and calls twice. It starts the service over
+// Connect (capabilities in orders.proto, one interceptor) and runs a
+// scripted agent against it over real HTTP, printing what happened and the
+// audit trail of every call.
 //
-//	go run ./examples/refund
+//	go run ./examples/refund                 # the story, on the in-memory approval store
+//	go run ./examples/refund -redis redis://127.0.0.1:6379/0
+//	go run ./examples/refund -console        # a person approves in the browser
+//	go run ./examples/refund -serve          # keep serving, for curl and MCP clients at /mcp
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"os/signal"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
-)
-
-const (
-	getOrder       = "/orders.v1.OrderService/GetOrder"
-	refundOrder    = "/orders.v1.OrderService/RefundOrder"
-	notifyCustomer = "/orders.v1.OrderService/NotifyCustomer"
-	slowReport     = "/orders.v1.OrderService/SlowReport"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	if err := run(); err != nil {
+	redisURL := flag.String("redis", "", "keep approvals in Redis at this URL (redis://host:port/db) instead of in memory")
+	serve := flag.Bool("serve", false, "keep serving on -addr for manual calls instead of running the scripted agent")
+	console := flag.Bool("console", false, "wait for a person to approve in the approval console instead of approving automatically")
+	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on with -serve or -console")
+	flag.Parse()
+	if err := run(*redisURL, *serve, *console, *addr, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "refund:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	reg := middleware.NewRegistry().
-		Register(getOrder, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second,
-			Retry: middleware.Retry{MaxAttempts: 2, Backoff: 20 * time.Millisecond}}).
-		Register(refundOrder, middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Risk: middleware.RiskHigh,
-			Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1, Backoff: 20 * time.Millisecond}}).
-		Register(notifyCustomer, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: time.Second}).
-		Register(slowReport, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 200 * time.Millisecond})
-	audit := &printer{}
-	eng, err := middleware.New(reg, middleware.WithEventSink(audit))
+func run(redisURL string, serve, console bool, addr string, out io.Writer) error {
+	store, closeStore, err := openStore(redisURL)
 	if err != nil {
 		return err
 	}
-	svc := newService()
-	ctx := context.Background()
+	defer closeStore()
+	s, err := newServer(store)
+	if err != nil {
+		return err
+	}
+	if !serve && !console {
+		addr = "127.0.0.1:0"
+	}
+	if err := s.start(addr); err != nil {
+		return err
+	}
+	defer s.close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if serve {
+		printCurl(out, s.url)
+		<-ctx.Done()
+		return nil
+	}
+	approve := autoApprove(s)
+	if console {
+		approve = consoleApprove(s, out)
+	}
+	_, err = newAgent(s, out).run(ctx, approve)
+	return err
+}
 
-	step := func(title string, proc string, ctx context.Context, fn middleware.AttemptFunc) middleware.Envelope {
-		fmt.Printf("\n== %s\n", title)
-		v, env, err := eng.Execute(ctx, middleware.Call{Procedure: proc}, fn)
-		if err != nil {
-			fmt.Printf("   result: %s %s (%q, retryable for the agent: %t) after %d attempt(s)\n", env.Status, env.Error.Code, env.Error.Message, env.Error.Retryable, env.Attempts)
-		} else {
-			fmt.Printf("   result: %s after %d attempt(s): %v\n", env.Status, env.Attempts, v)
+func openStore(redisURL string) (middleware.ApprovalStore, func(), error) {
+	if redisURL == "" {
+		return approvalstore.NewMemory(), func() {}, nil
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-redis: %w", err)
+	}
+	client := redis.NewClient(opts)
+	store, err := approvalstore.NewRedis(client)
+	if err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("-redis: %w", err) // never fall back to memory silently
+	}
+	return store, func() { client.Close() }, nil
+}
+
+// autoApprove plays the manager: it decides through the engine, as an
+// admin endpoint or the approval console would.
+func autoApprove(s *server) approver {
+	return func(ctx context.Context, id string) error {
+		rec, err := s.eng.Decide(ctx, id, middleware.Decision{Approve: true, Approver: manager, Comment: "ok, the customer called"})
+		if err == nil {
+			fmt.Fprintf(os.Stdout, "   %s (%s) approved %q, requested by %s for: %s\n", manager.ID, rec.Type, id, rec.Requester.ID, rec.View)
 		}
-		audit.flush(env.ExecutionID)
-		return env
-	}
-
-	svc.flakyReads.Store(1)
-	step("a read that fails once is retried in the same execution", getOrder, ctx, svc.getOrder)
-
-	svc.flakyNotify.Store(1)
-	step("an external write that fails is NOT retried: the agent decides", notifyCustomer, ctx, svc.notify)
-
-	first := step("a refund runs once; the payment gateway dedups by idempotency key", refundOrder, ctx, svc.refund)
-	second := step("the agent calls refund again: a new execution, refused by the business rule", refundOrder, ctx, svc.refund)
-	fmt.Printf("   re-invocation is a new execution: %s != %s; gateway charged %d time(s)\n", first.ExecutionID, second.ExecutionID, svc.gateway.count())
-
-	late := step("a handler that ignores its context: TIMEOUT at the deadline (bounded reporting)", slowReport, ctx, svc.slowIgnoringContext)
-	time.Sleep(300 * time.Millisecond) // the abandoned handler finishes after all
-	fmt.Println("   ...later, the abandoned attempt returned; its result was discarded and reported:")
-	audit.flush(late.ExecutionID, middleware.EventAbandonedResult)
-
-	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	step("the agent gives up after 50ms: CANCELLED, never retried", slowReport, cctx, svc.slowHonouringContext)
-	return nil
-}
-
-// service is the order service's business logic, written the way agentsafe
-// asks: it forwards its context and hands the idempotency key downstream.
-type service struct {
-	flakyReads, flakyNotify atomic.Int32
-	mu                      sync.Mutex
-	refunded                map[string]bool
-	gateway                 *gateway
-}
-
-func newService() *service {
-	return &service{refunded: map[string]bool{}, gateway: &gateway{seen: map[string]bool{}}}
-}
-
-func (s *service) getOrder(ctx context.Context) (any, error) {
-	if s.flakyReads.Add(-1) >= 0 {
-		return nil, middleware.Retryable(errors.New("orders database: connection reset"))
-	}
-	return "order 42: 120.00 EUR, delivered", nil
-}
-
-func (s *service) notify(ctx context.Context) (any, error) {
-	if s.flakyNotify.Add(-1) >= 0 {
-		return nil, middleware.Retryable(errors.New("mail relay: 503"))
-	}
-	return "email sent", nil
-}
-
-func (s *service) refund(ctx context.Context) (any, error) {
-	x, _ := middleware.ExecutionFromContext(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.refunded["42"] {
-		// Cross-invocation deduplication is business state, not plumbing.
-		return nil, middleware.NewError(middleware.CodeExecutionFailed, "ALREADY_REFUNDED: order 42 was refunded before")
-	}
-	if err := s.gateway.charge(ctx, x.IdempotencyKey, -12000); err != nil {
-		return nil, err
-	}
-	s.refunded["42"] = true
-	return "refunded 120.00 EUR", nil
-}
-
-func (s *service) slowIgnoringContext(ctx context.Context) (any, error) {
-	time.Sleep(400 * time.Millisecond) // never looks at ctx
-	return "report", nil
-}
-
-func (s *service) slowHonouringContext(ctx context.Context) (any, error) {
-	select {
-	case <-time.After(400 * time.Millisecond):
-		return "report", nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		return err
 	}
 }
 
-// gateway is a downstream payment system that treats the idempotency key as
-// a deduplication token.
-type gateway struct {
-	mu   sync.Mutex
-	seen map[string]bool
-	n    int
-}
-
-func (g *gateway) charge(ctx context.Context, key string, cents int) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.seen[key] {
-		return nil // already applied under this key
+// consoleApprove waits for a person to decide in the approval console.
+func consoleApprove(s *server, out io.Writer) approver {
+	return func(ctx context.Context, id string) error {
+		fmt.Fprintf(out, "\n   >>> open %s/console/ (log in as bob / bob) and approve %s\n", s.url, id)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		for {
+			rec, err := s.eng.Approvals().Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if rec.Status != middleware.ApprovalPending {
+				fmt.Fprintf(out, "   %s %s it: %q\n", rec.Approver.ID, rec.Status, rec.Comment)
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return errors.New("nobody decided the approval in time")
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
 	}
-	g.seen[key] = true
-	g.n++
-	return ctx.Err()
 }
 
-func (g *gateway) count() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.n
-}
+func printCurl(out io.Writer, url string) {
+	fmt.Fprintf(out, `Serving the order service on %[1]s (Ctrl-C to stop). Try:
 
-// printer buffers events per execution and prints them after the call, so
-// the output of one step stays together.
-type printer struct {
-	mu     sync.Mutex
-	events []middleware.Event
-}
+  # a read, with the execution id and attempts in the response headers
+  curl -si %[1]s/orders.v1.OrderService/GetOrder -H 'Authorization: Bearer agent-token' \
+    -H 'Content-Type: application/json' -d '{"orderId":"42"}'
 
-func (p *printer) HandleEvent(_ context.Context, e middleware.Event) {
-	p.mu.Lock()
-	p.events = append(p.events, e)
-	p.mu.Unlock()
-}
+  # a large refund: 412 with an approval id (code APPROVAL_REQUIRED)
+  curl -si %[1]s/orders.v1.OrderService/RefundOrder -H 'Authorization: Bearer agent-token' \
+    -H 'Content-Type: application/json' -d '{"orderId":"43","amountCents":150000}'
 
-// flush prints the events of one execution, or only those of the given types.
-func (p *printer) flush(executionID string, only ...middleware.EventType) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, e := range p.events {
-		if e.ExecutionID != executionID || (len(only) > 0 && !slices.Contains(only, e.Type)) {
-			continue
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "   event %-28s %s", e.Type, e.ExecutionID)
-		if e.Attempt > 0 {
-			fmt.Fprintf(&b, " attempt=%d", e.Attempt)
-		}
-		if e.PreviousErrorCode != middleware.CodeOK {
-			fmt.Fprintf(&b, " previous=%s", e.PreviousErrorCode)
-		}
-		if e.Type.Final() {
-			fmt.Fprintf(&b, " attempts=%d", e.Attempts)
-		}
-		if e.Code != middleware.CodeOK {
-			fmt.Fprintf(&b, " code=%s", e.Code)
-		}
-		if e.Type == middleware.EventAbandonedResult {
-			fmt.Fprintf(&b, " succeeded=%t", e.Succeeded)
-		}
-		if e.Error != "" {
-			fmt.Fprintf(&b, " error=%q", e.Error)
-		}
-		fmt.Println(b.String())
-	}
+  # approve it: in the browser at %[1]s/console/ (bob / bob), or with the console's JSON API
+  TOKEN=$(curl -s -u bob:bob %[1]s/console/api/session | sed 's/.*"csrfToken":"\([^"]*\)".*/\1/')
+  curl -s -u bob:bob -X POST %[1]s/console/api/approvals/APPROVAL_ID/decision \
+    -H "X-Agentsafe-Csrf-Token: $TOKEN" -H 'Content-Type: application/json' -d '{"approve":true,"comment":"ok"}'
+
+  # the same procedures as MCP tools (streamable HTTP), for an MCP client such as an agent:
+  #   %[1]s/mcp  with the header  Authorization: Bearer agent-token
+
+  # resume the same call with the approval id: it runs once; a second time is refused
+  curl -si %[1]s/orders.v1.OrderService/RefundOrder -H 'Authorization: Bearer agent-token' \
+    -H 'Agentsafe-Approval-Id: APPROVAL_ID' -H 'Content-Type: application/json' -d '{"orderId":"43","amountCents":150000}'
+`, url)
 }

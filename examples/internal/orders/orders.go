@@ -1,0 +1,179 @@
+// Package orders is the order service behind the agentsafe examples,
+// written the way agentsafe asks handlers to be written: it forwards its
+// context, hands the execution's idempotency key to the system where the
+// effect lives (a payment gateway that deduplicates by key), and refuses a
+// second refund of the same order with a declared business error, because
+// deduplication across re-invocations is business state, not plumbing.
+//
+// It knows no RPC framework; each example adapts it to one.
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// The business errors a framework adapter maps to its own codes.
+var (
+	// ErrNotFound: no such order.
+	ErrNotFound = errors.New("NOT_FOUND: no such order")
+	// ErrAlreadyRefunded: the order was refunded before. The declared
+	// answer to a model that calls refund twice.
+	ErrAlreadyRefunded = errors.New("ALREADY_REFUNDED: the order was refunded before")
+	// ErrTransient: a dependency failed briefly; trying again may work.
+	ErrTransient = errors.New("UNAVAILABLE: a dependency failed briefly")
+)
+
+// RefundThresholdCents is the refund amount above which a manager must
+// approve (see NeedsApproval).
+const RefundThresholdCents = 100_00
+
+// Service is the order service. The zero value is not ready; use New.
+type Service struct {
+	mu     sync.Mutex
+	orders map[string]*ordersv1.Order
+
+	// Gateway is the downstream payment system.
+	Gateway *Gateway
+	// FlakyReads and FlakyMails make the next n reads or emails fail
+	// transiently, to show retries (and their absence).
+	FlakyReads, FlakyMails atomic.Int32
+	// ReportTime is how long ExportReport works.
+	ReportTime time.Duration
+	// Attempts records every attempt the service ran, for the demo's story.
+	Attempts *Log
+}
+
+// New returns a service with a few orders.
+func New() *Service {
+	return &Service{
+		orders: map[string]*ordersv1.Order{
+			"42": {OrderId: "42", Customer: "ada@example.com", TotalCents: 120_00, Status: "delivered"},
+			"43": {OrderId: "43", Customer: "grace@example.com", TotalCents: 1_500_00, Status: "delivered"},
+			"44": {OrderId: "44", Customer: "edsger@example.com", TotalCents: 80_00, Status: "shipped"},
+		},
+		Gateway:    NewGateway(),
+		ReportTime: time.Second,
+		Attempts:   &Log{},
+	}
+}
+
+func (s *Service) note(ctx context.Context, what string) {
+	x, _ := middleware.ExecutionFromContext(ctx)
+	s.Attempts.Add(Attempt{Procedure: x.Procedure, ExecutionID: x.ID, IdempotencyKey: x.IdempotencyKey, Attempt: x.Attempt, What: what})
+}
+
+// GetOrder reads an order.
+func (s *Service) GetOrder(ctx context.Context, req *ordersv1.GetOrderRequest) (*ordersv1.Order, error) {
+	if s.FlakyReads.Add(-1) >= 0 {
+		s.note(ctx, "orders database: connection reset")
+		return nil, ErrTransient
+	}
+	s.note(ctx, "read")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[req.GetOrderId()]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return cloneOrder(o), nil
+}
+
+// RefundOrder refunds an order through the payment gateway, under the
+// execution's idempotency key.
+func (s *Service) RefundOrder(ctx context.Context, req *ordersv1.RefundOrderRequest) (*ordersv1.RefundOrderResponse, error) {
+	x, _ := middleware.ExecutionFromContext(ctx)
+	s.mu.Lock()
+	o, ok := s.orders[req.GetOrderId()]
+	refunded := ok && o.RefundedCents > 0
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		return nil, ErrNotFound
+	case refunded:
+		s.note(ctx, "refused: already refunded")
+		return nil, ErrAlreadyRefunded
+	}
+	ref, err := s.Gateway.Refund(ctx, x.SubKey("payment-gateway"), req.GetOrderId(), req.GetAmountCents())
+	if err != nil {
+		s.note(ctx, "payment gateway: reply lost")
+		return nil, err
+	}
+	s.note(ctx, "refunded through the gateway, reference "+ref)
+	s.mu.Lock()
+	o.RefundedCents, o.Status = req.GetAmountCents(), "refunded"
+	s.mu.Unlock()
+	return &ordersv1.RefundOrderResponse{OrderId: req.GetOrderId(), RefundedCents: req.GetAmountCents(), GatewayReference: ref}, nil
+}
+
+// CancelOrder cancels an order.
+func (s *Service) CancelOrder(ctx context.Context, req *ordersv1.CancelOrderRequest) (*ordersv1.CancelOrderResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[req.GetOrderId()]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	o.Status = "cancelled"
+	s.note(ctx, "cancelled")
+	return &ordersv1.CancelOrderResponse{OrderId: o.OrderId, Status: o.Status}, nil
+}
+
+// NotifyCustomer emails the customer.
+func (s *Service) NotifyCustomer(ctx context.Context, req *ordersv1.NotifyCustomerRequest) (*ordersv1.NotifyCustomerResponse, error) {
+	if s.FlakyMails.Add(-1) >= 0 {
+		s.note(ctx, "mail relay: 503")
+		return nil, ErrTransient
+	}
+	x, _ := middleware.ExecutionFromContext(ctx)
+	s.note(ctx, "email sent")
+	return &ordersv1.NotifyCustomerResponse{MessageId: "msg-" + x.IdempotencyKey[len("idk_"):][:8]}, nil
+}
+
+// ExportReport works for ReportTime, honouring its context.
+func (s *Service) ExportReport(ctx context.Context, req *ordersv1.ExportReportRequest) (*ordersv1.ExportReportResponse, error) {
+	s.note(ctx, "exporting")
+	select {
+	case <-time.After(s.ReportTime):
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return &ordersv1.ExportReportResponse{Orders: int64(len(s.orders))}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// NeedsApproval is the conditional approval of RefundOrder: refunds over
+// the threshold need a manager. Install it with
+// middleware.WithApprovalCondition.
+func NeedsApproval(_ context.Context, q middleware.ApprovalQuery) (bool, string, error) {
+	if q.Procedure != "/orders.v1.OrderService/RefundOrder" {
+		return false, "", nil
+	}
+	in, err := q.Input.JSON()
+	if err != nil {
+		return false, "", err
+	}
+	var req ordersv1.RefundOrderRequest
+	if err := unmarshal(in, &req); err != nil {
+		return false, "", err
+	}
+	if req.GetAmountCents() > RefundThresholdCents {
+		return true, fmt.Sprintf("refund of %s is over the %s threshold", Money(req.GetAmountCents()), Money(RefundThresholdCents)), nil
+	}
+	return false, "", nil
+}
+
+// Money formats cents.
+func Money(cents int64) string { return fmt.Sprintf("%d.%02d EUR", cents/100, cents%100) }
+
+func cloneOrder(o *ordersv1.Order) *ordersv1.Order {
+	return &ordersv1.Order{OrderId: o.OrderId, Customer: o.Customer, TotalCents: o.TotalCents, Status: o.Status, RefundedCents: o.RefundedCents}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/approvalconsole"
+	"github.com/agentsafe/agentsafe/connectadapter"
+	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
+	"github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1/ordersv1connect"
+	"github.com/agentsafe/agentsafe/examples/internal/orders"
+	"github.com/agentsafe/agentsafe/mcpadapter"
+	"github.com/agentsafe/agentsafe/middleware"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// The demo's identities. A real service verifies tokens; the actor always
+// comes from verified credentials, never from the request body.
+var (
+	agent   = middleware.Actor{ID: "support-agent-7", Tenant: "shop", Kind: "agent", OnBehalfOf: []string{"alice"}}
+	manager = middleware.Actor{ID: "manager-bob", Tenant: "shop", Kind: "user"}
+	tokens  = map[string]middleware.Actor{"agent-token": agent}
+	// managers log in to the console with basic auth (demo credentials).
+	managers = map[string]middleware.Actor{"bob": manager}
+)
+
+// server is the order service over Connect, governed by one interceptor.
+type server struct {
+	eng   *middleware.Engine
+	svc   *orders.Service
+	audit *audit
+	url   string
+	http  *http.Server
+}
+
+func newServer(store middleware.ApprovalStore) (*server, error) {
+	s := &server{svc: orders.New(), audit: newAudit()}
+	eng, err := middleware.New(nil, // the capabilities are the method options in orders.proto
+		middleware.WithApprovalStore(store),
+		middleware.WithActor(actorFromContext),
+		middleware.WithApprovalCondition(orders.NeedsApproval),
+		middleware.WithApprovalView(approvalView),
+		middleware.WithEventSink(s.audit),
+		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
+	)
+	if err != nil {
+		return nil, err
+	}
+	s.eng = eng
+	mux := http.NewServeMux()
+	mux.Handle(ordersv1connect.NewOrderServiceHandler(handler{s.svc},
+		connect.WithInterceptors(authenticate{}, connectadapter.NewInterceptor(eng)))) // the one line
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(eng, managerFromBasicAuth)))
+	// The same procedures as MCP tools for agents, through the same handler
+	// stack: authentication and agentsafe run exactly as for Connect calls.
+	bridge, err := mcpadapter.New(eng, mux, []string{ordersv1connect.OrderServiceName})
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("/mcp", bridge.Handler(nil))
+	s.http = &http.Server{Handler: mux}
+	return s, nil
+}
+
+// start serves on addr ("127.0.0.1:0" for any free port).
+func (s *server) start(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.url = "http://" + lis.Addr().String()
+	go s.http.Serve(lis)
+	return nil
+}
+
+func (s *server) close() { s.http.Close() }
+
+type actorKey struct{}
+
+// authenticate is the service's own authentication: it runs before
+// agentsafe and puts the verified actor in the context.
+type authenticate struct{}
+
+func (authenticate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		a, ok := tokens[strings.TrimPrefix(req.Header().Get("Authorization"), "Bearer ")]
+		if !ok {
+			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown bearer token"))
+		}
+		return next(context.WithValue(ctx, actorKey{}, a), req)
+	}
+}
+func (authenticate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+func (authenticate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func actorFromContext(ctx context.Context) (middleware.Actor, error) {
+	a, ok := ctx.Value(actorKey{}).(middleware.Actor)
+	if !ok {
+		return middleware.Actor{}, errors.New("not authenticated")
+	}
+	return a, nil
+}
+
+func managerFromBasicAuth(r *http.Request) (middleware.Actor, error) {
+	user, pass, ok := r.BasicAuth()
+	if a, known := managers[user]; ok && known && pass == user {
+		return a, nil
+	}
+	return middleware.Actor{}, errors.New("log in as a manager (demo: bob / bob)")
+}
+
+// approvalView is what approvers see of an input: the order and the
+// amount, nothing else the agent sent (the reason text is model-written).
+func approvalView(_ context.Context, procedure string, input []byte) (string, error) {
+	var r ordersv1.RefundOrderRequest
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(input, &r); err != nil {
+		return "", err
+	}
+	if procedure == ordersv1connect.OrderServiceCancelOrderProcedure {
+		return fmt.Sprintf("cancel order %s", r.GetOrderId()), nil
+	}
+	return fmt.Sprintf("refund %s on order %s", orders.Money(r.GetAmountCents()), r.GetOrderId()), nil
+}
+
+// handler adapts the framework-free order service to Connect, mapping its
+// business errors to Connect codes the handler declares on purpose.
+type handler struct{ svc *orders.Service }
+
+func call[Req, Res any](ctx context.Context, req *connect.Request[Req], f func(context.Context, *Req) (*Res, error)) (*connect.Response[Res], error) {
+	res, err := f(ctx, req.Msg)
+	switch {
+	case err == nil:
+		return connect.NewResponse(res), nil
+	case errors.Is(err, orders.ErrTransient):
+		return nil, connect.NewError(connect.CodeUnavailable, err) // transient: retried where the capability allows
+	case errors.Is(err, orders.ErrAlreadyRefunded):
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, orders.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, err)
+	}
+	return nil, err
+}
+
+func (h handler) GetOrder(ctx context.Context, r *connect.Request[ordersv1.GetOrderRequest]) (*connect.Response[ordersv1.Order], error) {
+	return call(ctx, r, h.svc.GetOrder)
+}
+func (h handler) RefundOrder(ctx context.Context, r *connect.Request[ordersv1.RefundOrderRequest]) (*connect.Response[ordersv1.RefundOrderResponse], error) {
+	return call(ctx, r, h.svc.RefundOrder)
+}
+func (h handler) CancelOrder(ctx context.Context, r *connect.Request[ordersv1.CancelOrderRequest]) (*connect.Response[ordersv1.CancelOrderResponse], error) {
+	return call(ctx, r, h.svc.CancelOrder)
+}
+func (h handler) NotifyCustomer(ctx context.Context, r *connect.Request[ordersv1.NotifyCustomerRequest]) (*connect.Response[ordersv1.NotifyCustomerResponse], error) {
+	return call(ctx, r, h.svc.NotifyCustomer)
+}
+func (h handler) ExportReport(ctx context.Context, r *connect.Request[ordersv1.ExportReportRequest]) (*connect.Response[ordersv1.ExportReportResponse], error) {
+	return call(ctx, r, h.svc.ExportReport)
+}
