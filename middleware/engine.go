@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentsafe/agentsafe/internal/ids"
 	retry "github.com/sethvargo/go-retry"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
@@ -67,9 +66,6 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
-	}
-	if cfg.newID == nil {
-		cfg.newID = ids.New
 	}
 	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged))}
 	for proc, c := range merged {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
 
+	"github.com/agentsafe/agentsafe/internal/ids"
 	retry "github.com/sethvargo/go-retry"
 )
 
@@ -112,8 +114,11 @@ type execution struct {
 // the tracer's context, and the requested event.
 func (e *Engine) open(ctx context.Context, call Call, c *capability, streaming bool) *execution {
 	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now()}
-	x.id = e.cfg.newID(executionIDPrefix)
-	x.idempotencyKey = e.cfg.newID(idempotencyKeyPrefix)
+	if e.cfg.newID == nil {
+		x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
+	} else {
+		x.id, x.idempotencyKey = e.cfg.newID(executionIDPrefix), e.cfg.newID(idempotencyKeyPrefix)
+	}
 	if f := e.cfg.actor; f != nil {
 		x.actor, x.actorErr = f(ctx)
 	}
@@ -336,6 +341,10 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 // await returns when the attempt returns or its context ends, whichever is
 // first: it never waits for a handler that ignores its context.
 func (x *execution) await(a *attempt) (any, *Error) {
+	// Let the attempt run on this thread first: a quick handler then
+	// finishes before this goroutine parks, saving the wake-ups of another
+	// thread that parking and readying would cost.
+	runtime.Gosched()
 	select {
 	case r := <-a.res:
 		return x.settle(a, r)

@@ -21,6 +21,15 @@ func New(prefix string) string {
 	return encode(prefix, raw[:])
 }
 
+// Pair returns two new identifiers, with prefixes a and b, from one read
+// of crypto/rand: an execution id and its idempotency key are made on every
+// governed call.
+func Pair(a, b string) (string, string) {
+	var raw [HexLen]byte
+	_, _ = rand.Read(raw[:])
+	return encode(a, raw[:HexLen/2]), encode(b, raw[HexLen/2:])
+}
+
 // Derive returns prefix followed by the first 128 bits of a SHA-256 over the
 // length-prefixed parts: stable for the same parts, and distinct for
 // different ones however they split.

@@ -45,3 +45,14 @@ func TestValidRefusesMalformed(t *testing.T) {
 		t.Errorf("Valid(%q) = false, want true", good)
 	}
 }
+
+func TestPairMakesTwoDistinctValidIDs(t *testing.T) {
+	a, b := ids.Pair("exe_", "idk_")
+	if !ids.Valid("exe_", a) || !ids.Valid("idk_", b) || a[4:] == b[4:] {
+		t.Fatalf("Pair = %q, %q", a, b)
+	}
+	c, _ := ids.Pair("exe_", "idk_")
+	if c == a {
+		t.Fatal("Pair repeated itself")
+	}
+}
