@@ -103,7 +103,12 @@ func asAttemptError(err error) (*attemptError, bool) {
 // the wire agree, and marked retryable when its code is Unavailable. A
 // *middleware.Error is left to the engine, and so is any other error, which
 // the engine conceals.
-func declare(err error, sink *attemptCallInfo) error {
+func declare(ctx context.Context, err error, sink *attemptCallInfo) error {
+	if c := connect.CodeOf(err); (c == connect.CodeDeadlineExceeded || c == connect.CodeCanceled) && ctx.Err() != nil {
+		// The handler honoured its context (or a downstream call on it
+		// ended): the engine classifies by the context's cause.
+		return ctx.Err()
+	}
 	ae := &attemptError{err: err, sink: sink}
 	if _, ok := errors.AsType[*middleware.Error](err); ok {
 		return ae

@@ -154,14 +154,16 @@ func TestInvalidOptionsFailAtBuild(t *testing.T) {
 }
 
 // A method whose descriptor declares a capability the engine was not built
-// with fails closed instead of running ungoverned; methods without the
-// option still pass through.
+// with fails closed instead of running ungoverned (the engine refuses it
+// with CAPABILITY_NOT_FOUND when the descriptor is linked; the adapter, from
+// Spec.Schema, when it is not); methods without the option still pass
+// through.
 func TestUndeclaredOptionsFailClosed(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		srv := newServer(t, serverConfig{opts: []middleware.Option{middleware.WithProtoFiles(new(protoregistry.Files))}})
 		c := srv.client(t, p)
 		_, err := c.Read(t.Context(), request(&testv1.Request{}))
-		ce := wantConnectCode(t, err, connect.CodeInternal)
+		ce := wantConnectCode(t, err, connect.CodeNotFound)
 		if !strings.Contains(ce.Message(), procRead) || !strings.Contains(ce.Message(), "WithProtoFiles") {
 			t.Errorf("message %q should name the procedure and the fix", ce.Message())
 		}
@@ -175,7 +177,7 @@ func TestUndeclaredOptionsFailClosed(t *testing.T) {
 			err = stream.Err()
 			_ = stream.Close()
 		}
-		wantConnectCode(t, err, connect.CodeInternal)
+		wantConnectCode(t, err, connect.CodeNotFound)
 		if _, err := c.Ungoverned(t.Context(), request(&testv1.Request{})); err != nil {
 			t.Errorf("Ungoverned: %v, want it to pass through", err)
 		}

@@ -20,7 +20,7 @@ func (i *Interceptor) stream(ctx context.Context, conn connect.StreamingHandlerC
 			middleware.Envelope{ExecutionID: x.ID, Attempts: x.Attempt}.SetHeaders(conn.ResponseHeader())
 		}
 		if err := next(ctx, conn); err != nil {
-			return declare(err, nil)
+			return declare(ctx, err, nil)
 		}
 		return nil
 	})

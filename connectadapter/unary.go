@@ -68,14 +68,14 @@ func (u *unaryCall) attempt(ctx context.Context) (any, error) {
 	if u.frame == nil {
 		res, err := u.next(ctx, req)
 		if err != nil {
-			return nil, declare(err, nil)
+			return nil, declare(ctx, err, nil)
 		}
 		return res, nil
 	}
 	a := &attemptContext{Context: ctx, frame: u.frame, info: attemptCallInfo{CallInfo: u.frame}}
 	res, err := u.next(a, req)
 	if err != nil {
-		return nil, declare(err, &a.info)
+		return nil, declare(ctx, err, &a.info)
 	}
 	a.res = res
 	return a, nil

@@ -192,3 +192,28 @@ func TestInterceptorOrder(t *testing.T) {
 		t.Errorf("outer interceptor ran %d times, inner %d; want 1 and 3", outer.Load(), inner.Load())
 	}
 }
+
+// A handler that honours its context by returning its context's Connect
+// status (as a downstream Connect call on it would) is classified by the
+// context's cause: TIMEOUT, retried for a read, not EXECUTION_FAILED.
+func TestContextStatusIsTheContextsOutcome(t *testing.T) {
+	var runs atomic.Int32
+	srv := newServer(t, serverConfig{
+		reg: middleware.NewRegistry().Register("/agentsafe.test.v1.TestService/Read", middleware.Capability{
+			SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}),
+		handle: func(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+			if runs.Add(1) > 1 {
+				return answer(ctx, req), nil
+			}
+			<-ctx.Done()
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		},
+	})
+	res, err := srv.client(t, protocols[0]).Read(t.Context(), request(&testv1.Request{Id: "ctx"}))
+	if err != nil || res.Msg.GetAttempt() != 2 {
+		t.Fatalf("a read whose first attempt returned its context's status must be retried as a TIMEOUT: %v", err)
+	}
+	if ev := srv.sink.final(t); ev.Code != middleware.CodeOK || ev.Attempts != 2 {
+		t.Errorf("final event %+v", ev)
+	}
+}

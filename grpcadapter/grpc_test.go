@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentsafe/agentsafe/grpcadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
@@ -196,5 +197,30 @@ func TestMalformedApprovalHeaderIsInvalidArgument(t *testing.T) {
 	_, err := c.Read(ctx, &testv1.Request{})
 	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "Agentsafe-Approval-Id") {
 		t.Errorf("malformed approval header: %v", st)
+	}
+}
+
+// TestHandlerHonouringItsContextIsTimeoutNotFailure: gRPC status errors do
+// not wrap the context's, so a handler returning its context's status (or
+// a downstream call's) must still be classified by the context's cause.
+func TestHandlerHonouringItsContextIsTimeoutNotFailure(t *testing.T) {
+	var reads atomic.Int32
+	svc := &options{do: func(ctx context.Context, method string, _ *testv1.Request) (*testv1.Response, error) {
+		if method == "Read" && reads.Add(1) > 1 {
+			return &testv1.Response{Note: "second"}, nil
+		}
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}}
+	reg := middleware.NewRegistry().Register(testv1.TestService_Read_FullMethodName, middleware.Capability{
+		SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}})
+	c := testv1.NewTestServiceClient(serve(t, newEngine(t, reg), svc))
+	_, err := c.Slow(t.Context(), &testv1.Request{})
+	if status.Code(err) != codes.DeadlineExceeded || detail(t, err).GetCode() != "TIMEOUT" {
+		t.Errorf("a handler returning its context's status must be TIMEOUT: %v", err)
+	}
+	resp, err := c.Read(t.Context(), &testv1.Request{})
+	if err != nil || resp.GetNote() != "second" || reads.Load() != 2 {
+		t.Errorf("a read whose first attempt timed out must be retried: %v %v, %d runs", resp, err, reads.Load())
 	}
 }

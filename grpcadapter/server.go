@@ -50,10 +50,7 @@ func UnaryServerInterceptor(eng *middleware.Engine) grpc.UnaryServerInterceptor 
 			}
 			resp, err := handler(grpc.NewContextWithServerTransportStream(ctx, sink), in)
 			if err != nil {
-				if status.Code(err) == codes.Unavailable {
-					err = middleware.Retryable(err)
-				}
-				return sink, err
+				return sink, classify(ctx, err)
 			}
 			sink.resp = resp
 			return sink, nil
@@ -90,6 +87,22 @@ func StreamServerInterceptor(eng *middleware.Engine) grpc.StreamServerIntercepto
 		}
 		return nil
 	}
+}
+
+// classify translates a handler's status for the engine: Unavailable is
+// transient, and DeadlineExceeded or Canceled once the attempt's context has
+// ended means the handler honoured it (status errors do not wrap the
+// context's), so the engine classifies by the context's cause.
+func classify(ctx context.Context, err error) error {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return middleware.Retryable(err)
+	case codes.DeadlineExceeded, codes.Canceled:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return err
 }
 
 // stream hands the handler the execution's context.
