@@ -163,7 +163,12 @@ var storeRules = []struct {
 	}},
 	{"Decide/self-approval is refused", func(c *storeCheck) {
 		rec := c.create(storeDigest)
-		for _, a := range []middleware.Actor{requester, {ID: "user-alice", Tenant: "acme"}} {
+		for _, a := range []middleware.Actor{
+			requester,
+			{ID: "user-alice", Tenant: "acme"}, // the requester acts for her
+			{ID: "agent-9", Tenant: "acme", OnBehalfOf: []string{"user-alice"}}, // acts for the same person
+			{ID: "agent-8", Tenant: "acme", OnBehalfOf: []string{requester.ID}}, // acts for the requester
+		} {
 			_, err := c.s.Store.Decide(c.ctx, rec.ID, middleware.Decision{Approve: true, Approver: a})
 			c.wantErr("the requester and its OnBehalfOf chain may not approve", err, middleware.ErrSelfApproval)
 		}

@@ -217,7 +217,8 @@ func ApprovalCode(err error) Code {
 // CheckApprover is the approver rule stores apply in Decide: the approver
 // must have an id, must be in the requester's tenant (ErrApproverNotAllowed)
 // and, unless allowSelf, must not be the requester or anyone in the
-// requester's OnBehalfOf chain (ErrSelfApproval).
+// requester's OnBehalfOf chain, nor act on behalf of any of them
+// (ErrSelfApproval).
 func CheckApprover(requester, approver Actor, allowSelf bool) error {
 	if approver.ID == "" {
 		return fmt.Errorf("%w: the approver has no id", ErrApproverNotAllowed)
@@ -233,6 +234,13 @@ func CheckApprover(requester, approver Actor, allowSelf bool) error {
 	}
 	if slices.Contains(requester.OnBehalfOf, approver.ID) {
 		return fmt.Errorf("%w: the requester acts on behalf of %s", ErrSelfApproval, approver.ID)
+	}
+	// Nor through delegation: an approver acting for the requester, or for
+	// someone the requester acts for, is that party approving.
+	for _, id := range approver.OnBehalfOf {
+		if id == requester.ID || slices.Contains(requester.OnBehalfOf, id) {
+			return fmt.Errorf("%w: the approver acts on behalf of %s", ErrSelfApproval, id)
+		}
 	}
 	return nil
 }
