@@ -180,6 +180,12 @@ func (s *Redis) Consume(ctx context.Context, id string, req middleware.ConsumeRe
 	var err error
 	if s.cfg.waitN > 0 {
 		r, err = s.consumeAndWait(ctx, key, args)
+		if errors.Is(err, errNotDurable) {
+			// Nothing will run on this consumption: record that, so the
+			// record reads failed rather than "may have run" (in_doubt).
+			// The approval is spent either way; a new one is needed.
+			_ = s.RecordOutcome(context.WithoutCancel(ctx), id, req.ExecutionID, middleware.CodeApprovalUnavailable)
+		}
 	} else {
 		var v []any
 		v, err = consumeScript.Run(ctx, s.rdb, []string{key}, args...).Slice()
@@ -247,11 +253,15 @@ func (s *Redis) consumeAndWait(ctx context.Context, key string, args []any) (rep
 		return nil, fmt.Errorf("approvalstore: WAIT after consuming: %w", err)
 	}
 	if acked < int64(s.cfg.waitN) {
-		return nil, fmt.Errorf("approvalstore: only %d of %d replicas acknowledged the consumption within %v; not running on a consumption a failover could lose",
-			acked, s.cfg.waitN, s.cfg.waitTimeout)
+		return nil, fmt.Errorf("%w: only %d of %d replicas acknowledged the consumption within %v; not running on a consumption a failover could lose",
+			errNotDurable, acked, s.cfg.waitN, s.cfg.waitTimeout)
 	}
 	return r, nil
 }
+
+// errNotDurable: a consumption too few replicas acknowledged. Not a
+// sentinel of middleware: the engine fails closed with APPROVAL_UNAVAILABLE.
+var errNotDurable = errors.New("approvalstore: consumption not durable")
 
 // RecordOutcome implements [middleware.ApprovalStore].
 func (s *Redis) RecordOutcome(ctx context.Context, id, executionID string, outcome middleware.Code) error {

@@ -201,6 +201,10 @@ func TestRedisWait(t *testing.T) {
 	rec := approve(t, ctx, s, digestA)
 	_, err := s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA))
 	wantUnavailable(t, "a consumption no replica acknowledged", err)
+	// Nothing ran on it, and the record says so: failed, not in_doubt.
+	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != middleware.ApprovalFailed || got.Outcome != middleware.CodeApprovalUnavailable {
+		t.Errorf("after a WAIT shortfall the record must read failed with APPROVAL_UNAVAILABLE: %+v, %v", got, err)
+	}
 
 	eng := newEngine(t, s)
 	in := refundInput(0, 1)

@@ -45,9 +45,10 @@ func capabilities() map[Fixture]middleware.Capability {
 		FixtureWrite: {SideEffect: middleware.SideEffectWrite, Timeout: attemptTimeout},
 		FixtureIdempotentWrite: {SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: attemptTimeout,
 			Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}},
-		FixtureSlow:   {SideEffect: middleware.SideEffectRead, Timeout: slowTimeout},
-		FixtureGated:  {SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true, Type: "manager"}},
-		FixtureStream: {SideEffect: middleware.SideEffectRead, Streaming: true},
+		FixtureSlow:  {SideEffect: middleware.SideEffectRead, Timeout: slowTimeout},
+		FixtureGated: {SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true, Type: "manager"}},
+		// Retries configured, so an adapter that retried a stream would show.
+		FixtureStream: {SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}},
 	}
 }
 
@@ -296,8 +297,8 @@ var adapterRules = []adapterRule{
 		s.expect(rule, s.call(FixtureIdempotentWrite, req, ""), middleware.CodeOK)
 		s.wantRuns(rule, req.ID, 2)
 	}},
-	{name: "Retry/a write is never retried at run time", check: func(s *suite) {
-		const rule = "a write-like capability must not be retried without Idempotent"
+	{name: "Retry/the adapter never retries a write on its own", check: func(s *suite) {
+		const rule = "only the engine retries, and never a write without Idempotent and retry configured"
 		req := s.request(ModeFlaky)
 		req.FailTimes = 1
 		r := s.call(FixtureWrite, req, "")

@@ -128,7 +128,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 		t.Skip("inside a planted run")
 	}
 	for bug, want := range map[string][]string{
-		"retries-writes":  {"Retry/a_write_is_never_retried_at_run_time"},
+		"retries-writes":  {"Retry/the_adapter_never_retries_a_write_on_its_own"},
 		"finalizes-twice": {"Envelope/exactly_one_envelope_and_one_final_event_per_call"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",

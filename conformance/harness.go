@@ -25,7 +25,8 @@ const (
 	FixtureSlow Fixture = "slow"
 	// FixtureGated: write that needs a "manager" approval.
 	FixtureGated Fixture = "gated"
-	// FixtureStream: server-streaming read. Only for harnesses that stream.
+	// FixtureStream: server-streaming read with retries configured, which a
+	// stream must never honour. Only for harnesses that stream.
 	FixtureStream Fixture = "stream"
 )
 

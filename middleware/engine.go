@@ -18,6 +18,10 @@ type Engine struct {
 	cfg   config
 	caps  map[string]*capability
 	sinks []*guardedSink
+	// undeclared names procedures whose linked descriptor carries the
+	// capability option although the engine was built from other files:
+	// they fail closed instead of running ungoverned.
+	undeclared map[string]bool
 }
 
 // capability is a validated Capability with its defaults resolved, plus the
@@ -61,13 +65,14 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 		files = cfg.files
 	}
 	merged, err := buildCapabilities(scanOptions(files), reg)
+	undeclared := undeclaredOptions(files, merged)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged))}
+	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged)), undeclared: undeclared}
 	for proc, c := range merged {
 		e.caps[proc] = e.resolve(proc, c)
 	}
@@ -109,10 +114,12 @@ func (c *capability) resolved() Capability {
 }
 
 // Governs reports whether a call to procedure ends in an envelope: it has a
-// capability, or the engine is strict and the procedure is not exempt.
+// capability, its linked descriptor declares one the engine was not built
+// with (such a call fails closed), or the engine is strict and the
+// procedure is not exempt.
 // Adapters pass other calls straight to the handler.
 func (e *Engine) Governs(procedure string) bool {
-	if _, ok := e.caps[procedure]; ok {
+	if _, ok := e.caps[procedure]; ok || e.undeclared[procedure] {
 		return true
 	}
 	return e.cfg.strict && !exempt(procedure)

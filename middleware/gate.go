@@ -219,6 +219,11 @@ func (e *Engine) Approvals() ApprovalStore { return e.cfg.store }
 // time after which a consumed approval without an outcome is in_doubt.
 func (e *Engine) lease(c *capability) time.Duration {
 	total := c.timeout * time.Duration(c.Retry.MaxAttempts+1)
+	if c.SideEffect.WriteLike() {
+		// Before each re-attempt a write may wait one more timeout for the
+		// attempt it abandoned.
+		total += c.timeout * time.Duration(c.Retry.MaxAttempts)
+	}
 	wait := c.backoff
 	for range c.Retry.MaxAttempts {
 		total += min(wait, e.cfg.maxBackoff) + e.cfg.jitter

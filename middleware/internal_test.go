@@ -29,3 +29,45 @@ func TestRetrySafetyIsRecheckedAtRunTime(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseCoversTheWaitForAnAbandonedWrite: a write may wait one more
+// attempt timeout before each re-attempt, so its lease must cover that, or
+// a record would read in_doubt while its execution still legitimately runs.
+func TestLeaseCoversTheWaitForAnAbandonedWrite(t *testing.T) {
+	e, err := New(nil, WithProtoFiles(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := Retry{MaxAttempts: 2, Backoff: time.Millisecond}
+	read := e.resolve("/r", Capability{SideEffect: SideEffectRead, Timeout: time.Second, Retry: retry})
+	write := e.resolve("/w", Capability{SideEffect: SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: retry})
+	if read.lease < 3*time.Second+3*time.Millisecond {
+		t.Errorf("read lease %s shorter than three attempts and their backoffs", read.lease)
+	}
+	if write.lease < read.lease+2*time.Second {
+		t.Errorf("write lease %s does not cover two waits for an abandoned attempt (read lease %s)", write.lease, read.lease)
+	}
+}
+
+// TestResultBeatsADeadlineThatFiredAtTheSameMoment puts an attempt in the
+// state the race leaves: its result delivered and its context ended. The
+// result must win, every time, whichever ready case select picks.
+func TestResultBeatsADeadlineThatFiredAtTheSameMoment(t *testing.T) {
+	e, err := New(NewRegistry().Register("/r", Capability{SideEffect: SideEffectRead}), WithProtoFiles(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		x := e.open(context.Background(), Call{Procedure: "/r"}, e.caps["/r"], false)
+		a := &attempt{x: x, n: 1, res: make(chan attemptResult, 1)}
+		var cancel context.CancelCauseFunc
+		a.Context, cancel = context.WithCancelCause(context.Background())
+		a.cancel = func() { cancel(context.Canceled) }
+		a.res <- attemptResult{v: "done"}
+		cancel(errAttemptTimeout)
+		v, err := x.await(a)
+		if err != nil || v != "done" {
+			t.Fatalf("await = %v, %v: a result returned as the deadline fired must win", v, err)
+		}
+	}
+}

@@ -201,3 +201,52 @@ func TestFailedFinalAttemptHandsBackItsValue(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	})
 }
+
+func TestPanickingClassifierAndRedactorNeverBreakAnExecution(t *testing.T) {
+	f := newFixture(t, procRead, read(2, time.Second),
+		middleware.WithClassifier(func(error) bool { panic("classifier bug") }),
+		middleware.WithRedactor(func(error) string { panic("redactor bug") }))
+	var runs atomic.Int32
+	_, env, err := f.run(t.Context(), procRead, func(context.Context) (any, error) { runs.Add(1); return nil, errors.New("boom") })
+	wantCode(t, env, err, middleware.CodeExecutionFailed)
+	if runs.Load() != 1 {
+		t.Errorf("a panicking classifier must mean not retryable: %d runs", runs.Load())
+	}
+	if ev := f.final(env.ExecutionID); ev.Error != "<the redactor panicked>" {
+		t.Errorf("final event error %q", ev.Error)
+	}
+}
+
+// TestSinkCallsOfOneExecutionNeverOverlap has an abandoned attempt return
+// exactly when the next attempt's events are being delivered: the
+// abandoned_result event must wait its turn.
+func TestSinkCallsOfOneExecutionNeverOverlap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight, overlaps atomic.Int32
+		slow := middleware.EventSinkFunc(func(context.Context, middleware.Event) {
+			if inFlight.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			time.Sleep(5 * time.Millisecond)
+			inFlight.Add(-1)
+		})
+		c := read(1, 100*time.Millisecond)
+		c.Retry.Backoff = time.Millisecond
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, c), middleware.WithEventSink(slow), middleware.WithProtoFiles(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n atomic.Int32
+		eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) (any, error) {
+			if n.Add(1) == 1 {
+				time.Sleep(103 * time.Millisecond) // returns late, while attempt 2's events go out
+			}
+			return nil, nil
+		})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if overlaps.Load() != 0 {
+			t.Errorf("%d sink calls of one execution overlapped; they must be delivered in order, one at a time", overlaps.Load())
+		}
+	})
+}

@@ -80,8 +80,9 @@ type scanned struct {
 	entries  []registryEntry // methods carrying the option
 	problems []*FieldError
 	// streaming names every streaming method, with or without the option,
-	// so a registry entry for one is known to stream too.
-	streaming map[string]bool
+	// so a registry entry for one is known to stream too; noSideEffects
+	// every method declaring idempotency_level = NO_SIDE_EFFECTS.
+	streaming, noSideEffects map[string]bool
 }
 
 // scanOptions collects the capability of every method in files that carries
@@ -91,7 +92,7 @@ func scanOptions(files *protoregistry.Files) scanned {
 	if files == nil {
 		return s
 	}
-	s.streaming = make(map[string]bool)
+	s.streaming, s.noSideEffects = make(map[string]bool), make(map[string]bool)
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		services := fd.Services()
 		for i := range services.Len() {
@@ -100,6 +101,9 @@ func scanOptions(files *protoregistry.Files) scanned {
 				md := methods.Get(j)
 				if md.IsStreamingClient() || md.IsStreamingServer() {
 					s.streaming[Procedure(md)] = true
+				}
+				if opts, ok := md.Options().(*descriptorpb.MethodOptions); ok && opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS {
+					s.noSideEffects[Procedure(md)] = true
 				}
 				if c, ok, p := CapabilityFromOptions(md); ok {
 					s.entries = append(s.entries, registryEntry{Procedure(md), c})
@@ -110,4 +114,24 @@ func scanOptions(files *protoregistry.Files) scanned {
 		return true
 	})
 	return s
+}
+
+// undeclaredOptions finds the methods of protoregistry.GlobalFiles that
+// carry the capability option but are governed by nothing the engine was
+// built with (when WithProtoFiles named other files): calling them must not
+// run ungoverned.
+func undeclaredOptions(files *protoregistry.Files, caps map[string]Capability) map[string]bool {
+	if files == protoregistry.GlobalFiles {
+		return nil
+	}
+	var out map[string]bool
+	for _, e := range scanOptions(protoregistry.GlobalFiles).entries {
+		if _, ok := caps[e.procedure]; !ok {
+			if out == nil {
+				out = make(map[string]bool)
+			}
+			out[e.procedure] = true
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -90,9 +91,12 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A streaming method without the option, gated from the registry: the
-	// descriptor says it streams, so the registry entry is refused too.
-	_, err = middleware.New(middleware.NewRegistry().Register("/bad.v1.Bad/PlainStream",
-		middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true}}), middleware.WithProtoFiles(files))
+	// descriptor says it streams, so the registry entry is refused too. And
+	// a registry entry cannot make a NO_SIDE_EFFECTS method write-like.
+	_, err = middleware.New(middleware.NewRegistry().
+		Register("/bad.v1.Bad/PlainStream", middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true}}).
+		Register("/bad.v1.Bad/Fine", middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+		middleware.WithProtoFiles(files))
 	var verr *middleware.ValidationError
 	if !errors.As(err, &verr) {
 		t.Fatalf("New accepted invalid options: %v", err)
@@ -106,12 +110,34 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 		"/bad.v1.Bad/GatedStream (option): Approval.Required",
 		"/bad.v1.Bad/NegativeTimeout (option): Timeout: must not be negative",
 		"/bad.v1.Bad/PlainStream (registry): Approval.Required",
+		"/bad.v1.Bad/Fine (registry): SideEffect: write is write-like, but the method declares idempotency_level = NO_SIDE_EFFECTS",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
 	}
-	if len(verr.Problems) != 7 || strings.Contains(err.Error(), "Fine") {
-		t.Errorf("want exactly the 7 problems, got %d:\n%v", len(verr.Problems), err)
+	if len(verr.Problems) != 8 || strings.Contains(err.Error(), "Fine (option)") {
+		t.Errorf("want exactly the 8 problems, got %d:\n%v", len(verr.Problems), err)
+	}
+}
+
+func TestOptionsTheEngineWasNotBuiltWithFailClosed(t *testing.T) {
+	// Built from other files, the engine still knows that the linked test
+	// service declares capabilities, and refuses to run them ungoverned.
+	eng, err := middleware.New(nil, middleware.WithProtoFiles(new(protoregistry.Files)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const proc = "/agentsafe.test.v1.TestService/Write"
+	if !eng.Governs(proc) {
+		t.Fatalf("%s declares a capability: the engine must not pass it through", proc)
+	}
+	ran := false
+	_, env, err := eng.Execute(t.Context(), middleware.Call{Procedure: proc}, func(context.Context) (any, error) { ran = true; return nil, nil })
+	if ran || middleware.CodeOf(err) != middleware.CodeCapabilityNotFound || !strings.Contains(env.Error.Message, "WithProtoFiles") {
+		t.Errorf("ran=%t err=%v", ran, err)
+	}
+	if eng.Governs("/agentsafe.test.v1.TestService/Ungoverned") {
+		t.Error("a method without the option must still pass through")
 	}
 }

@@ -60,7 +60,7 @@ func (e *Engine) Execute(ctx context.Context, call Call, fn AttemptFunc) (any, E
 	}
 	x := e.open(ctx, call, c, false)
 	if !ok {
-		return x.finish(nil, &Error{Code: CodeCapabilityNotFound, Message: fmt.Sprintf("no capability is registered for %q", call.Procedure)})
+		return x.finish(nil, e.notFound(call.Procedure))
 	}
 	if err := x.admit(); err != nil {
 		return x.finish(nil, err)
@@ -78,6 +78,14 @@ func reraiseAbort(err error) {
 	if p, ok := errors.AsType[*PanicError](err); ok && p.Value == http.ErrAbortHandler {
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// notFound is the error of a governed call without a capability.
+func (e *Engine) notFound(procedure string) *Error {
+	if e.undeclared[procedure] {
+		return &Error{Code: CodeCapabilityNotFound, Message: fmt.Sprintf("%s declares a capability option the engine was not built with (see WithProtoFiles); refusing rather than running it ungoverned", procedure)}
+	}
+	return &Error{Code: CodeCapabilityNotFound, Message: fmt.Sprintf("no capability is registered for %q", procedure)}
 }
 
 func passThrough(ctx context.Context, fn AttemptFunc) (any, Envelope, error) {
@@ -107,7 +115,11 @@ type execution struct {
 	start          time.Time
 	attempts       int
 	finalized      atomic.Bool
-	first          attempt // attempt 1 lives here: one allocation less
+	// emitting admits one sink delivery at a time per execution, in order.
+	// A channel, not a sync.Mutex: a goroutine waiting on a channel is
+	// durably blocked for testing/synctest, one waiting on a mutex is not.
+	emitting chan struct{}
+	first    attempt // attempt 1 lives here: one allocation less
 }
 
 // open is stage 2: ids, the actor, the digest when someone will read it,
@@ -131,6 +143,7 @@ func (e *Engine) open(ctx context.Context, call Call, c *capability, streaming b
 	x.startTracing(streaming)
 	if len(e.sinks) > 0 {
 		x.sinkCtx = context.WithoutCancel(x.ctx)
+		x.emitting = make(chan struct{}, 1)
 	}
 	x.emit(Event{Type: EventRequested})
 	return x
@@ -203,6 +216,28 @@ func (x *execution) retryEligible(err *Error, n int) bool {
 		return false
 	}
 	return !vetoed(c.Retry.RetryOn, err)
+}
+
+// classify asks the application's classifier; a panic in it means not
+// retryable.
+func (e *Engine) classify(err error) (retryable bool) {
+	defer func() {
+		if recover() != nil {
+			retryable = false
+		}
+	}()
+	return e.cfg.classify(err)
+}
+
+// redact renders an error for events with the application's redactor; a
+// panic in it never reaches the execution.
+func (e *Engine) redact(err error) (text string) {
+	defer func() {
+		if recover() != nil {
+			text = "<the redactor panicked>"
+		}
+	}()
+	return e.cfg.redact(err)
 }
 
 func vetoed(retryOn func(*Error) bool, err *Error) (veto bool) {
@@ -333,7 +368,7 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 	}
 	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID}
 	if r.err != nil {
-		ev.Error = x.e.cfg.redact(r.err)
+		ev.Error = x.e.redact(r.err)
 	}
 	x.emit(ev)
 }
@@ -376,7 +411,7 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 	case ctxEnded && isContextError(r.err):
 		return nil, x.contextError(a) // the handler honoured its context
 	}
-	out := &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Retryable: x.e.cfg.classify(r.err), Cause: r.err}
+	out := &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Retryable: x.e.classify(r.err), Cause: r.err}
 	if declared, ok := errors.AsType[*Error](r.err); ok {
 		if declared.Code != CodeOK {
 			out.Code = declared.Code
@@ -460,7 +495,7 @@ func (x *execution) finalEvent(env Envelope, err *Error) Event {
 	}
 	ev.Code, ev.Retryable = env.Error.Code, env.Error.Retryable
 	if err.Cause != nil {
-		ev.Error = x.e.cfg.redact(err.Cause)
+		ev.Error = x.e.redact(err.Cause)
 	}
 	if p, ok := errors.AsType[*PanicError](err.Cause); ok {
 		ev.Stack = string(p.Stack)
@@ -480,6 +515,10 @@ func (x *execution) emit(ev Event) {
 	ev.InputDigest = x.eventDigest
 	ev.SideEffect = x.cap.SideEffect
 	ev.Risk = x.cap.Risk
+	// A late attempt's abandoned_result is emitted from its own goroutine:
+	// the lock keeps every execution's events delivered one at a time.
+	x.emitting <- struct{}{}
+	defer func() { <-x.emitting }()
 	for _, s := range x.e.sinks {
 		s.deliver(x.sinkCtx, ev)
 	}

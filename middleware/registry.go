@@ -144,6 +144,10 @@ func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, err
 				c.Streaming = true // the descriptor knows; a Go value cannot say "unset"
 			}
 			problems = validate(e.procedure, "registry", c, problems)
+			if found.noSideEffects[e.procedure] && c.SideEffect.WriteLike() {
+				problems = append(problems, &FieldError{e.procedure, "registry", "SideEffect",
+					fmt.Sprintf("%s is write-like, but the method declares idempotency_level = NO_SIDE_EFFECTS", c.SideEffect)})
+			}
 			caps[e.procedure] = c
 		}
 	}

@@ -37,7 +37,7 @@ func (e *Engine) ExecuteStream(ctx context.Context, call Call, fn StreamFunc) (E
 
 func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
 	if !governed {
-		return &Error{Code: CodeCapabilityNotFound, Message: "no capability is registered for " + x.call.Procedure}
+		return x.e.notFound(x.call.Procedure)
 	}
 	if x.cap.Approval.Required {
 		// Validation refuses this for procedures known to stream; a registry
