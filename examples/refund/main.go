@@ -129,7 +129,7 @@ func printCurl(out io.Writer, url string) {
   curl -si %[1]s/orders.v1.OrderService/GetOrder -H 'Authorization: Bearer agent-token' \
     -H 'Content-Type: application/json' -d '{"orderId":"42"}'
 
-  # a large refund: 412 with an approval id (code APPROVAL_REQUIRED)
+  # a large refund: failed_precondition (HTTP 400), code APPROVAL_REQUIRED, and an approval id
   curl -si %[1]s/orders.v1.OrderService/RefundOrder -H 'Authorization: Bearer agent-token' \
     -H 'Content-Type: application/json' -d '{"orderId":"43","amountCents":150000}'
 

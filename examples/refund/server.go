@@ -55,7 +55,7 @@ func newServer(store middleware.ApprovalStore) (*server, error) {
 	mux := http.NewServeMux()
 	mux.Handle(ordersv1connect.NewOrderServiceHandler(handler{s.svc},
 		connect.WithInterceptors(authenticate{}, connectadapter.NewInterceptor(eng)))) // the one line
-	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(eng, managerFromBasicAuth)))
+	mux.Handle("/console/", basicAuthChallenge(http.StripPrefix("/console", approvalconsole.New(eng, managerFromBasicAuth))))
 	// The same procedures as MCP tools for agents, through the same handler
 	// stack: authentication and agentsafe run exactly as for Connect calls.
 	bridge, err := mcpadapter.New(eng, mux, []string{ordersv1connect.OrderServiceName})
@@ -116,6 +116,19 @@ func managerFromBasicAuth(r *http.Request) (middleware.Actor, error) {
 		return a, nil
 	}
 	return middleware.Actor{}, errors.New("log in as a manager (demo: bob / bob)")
+}
+
+// basicAuthChallenge asks a browser for the demo's basic-auth credentials
+// before it reaches the console, which itself only says who may decide.
+func basicAuthChallenge(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := r.BasicAuth(); !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="approval console (demo: bob / bob)"`)
+			http.Error(w, "log in as a manager (demo: bob / bob)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // approvalView is what approvers see of an input: the order and the
