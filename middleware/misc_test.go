@@ -250,3 +250,16 @@ func TestSinkCallsOfOneExecutionNeverOverlap(t *testing.T) {
 		}
 	})
 }
+
+func TestRefuseRecordsAnExecutionThatNeverRan(t *testing.T) {
+	f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite})
+	env, err := f.eng.Refuse(t.Context(), middleware.Call{Procedure: procWrite}, middleware.NewError(middleware.CodeInvalidArgument, "the body is over the 1 MiB limit"))
+	wantCode(t, env, err, middleware.CodeInvalidArgument)
+	if env.ExecutionID == "" || env.Attempts != 0 || env.Error.Message != "the body is over the 1 MiB limit" {
+		t.Errorf("envelope %+v", env)
+	}
+	f.wantTypes(env.ExecutionID, middleware.EventRequested, middleware.EventFailed)
+	if env, err := f.eng.Refuse(t.Context(), middleware.Call{Procedure: "/x.V1/Other"}, middleware.NewError(middleware.CodeInvalidArgument, "x")); env.ExecutionID != "" || err == nil {
+		t.Errorf("an ungoverned procedure must not open an execution: %+v", env)
+	}
+}

@@ -80,6 +80,28 @@ func reraiseAbort(err error) {
 	}
 }
 
+// Refuse records a governed call that its adapter cannot even hand to the
+// engine — its input could not be read, for example a body over the
+// adapter's limit — as an execution finalized at once with err: the caller
+// still gets an execution id, and the audit trail shows the refusal.
+// Nothing runs. A procedure the engine does not govern gets a zero
+// envelope and err back.
+func (e *Engine) Refuse(ctx context.Context, call Call, err *Error) (Envelope, error) {
+	if err == nil {
+		err = &Error{Code: CodeInvalidArgument, Message: "the call was refused"}
+	}
+	c, ok := e.caps[call.Procedure]
+	if !ok {
+		if !e.Governs(call.Procedure) {
+			return Envelope{}, err
+		}
+		c = &capability{procedure: call.Procedure}
+	}
+	call.Input = nil // nothing was read to bind
+	_, env, ferr := e.open(ctx, call, c, false).finish(nil, err)
+	return env, ferr
+}
+
 // notFound is the error of a governed call without a capability.
 func (e *Engine) notFound(procedure string) *Error {
 	if e.undeclared[procedure] {

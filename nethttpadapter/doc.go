@@ -23,7 +23,9 @@
 //
 //  1. The body is read once, at most [WithMaxBodyBytes] (1 MiB by default).
 //     A larger body is refused with 413 and a JSON envelope (code
-//     INVALID_ARGUMENT, the message names the limit); nothing runs. The
+//     INVALID_ARGUMENT, the message names the limit); nothing runs, and the
+//     refusal is recorded as an execution that never ran
+//     ([middleware.Engine.Refuse]), so it has an execution id. The
 //     body is not parsed: malformed JSON reaches the handler as sent, and
 //     the handler validates it.
 //  2. The engine opens the execution with the request's input (method,

@@ -50,7 +50,7 @@ func TestOversizeBodyIsRefusedAndNothingRuns(t *testing.T) {
 				t.Fatalf("status %d, want 413", resp.StatusCode)
 			}
 			env := envelope(t, resp)
-			if env.Status != middleware.StatusFailed || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, "16 bytes") || env.Error.Retryable {
+			if env.Status != middleware.StatusFailed || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, "16 bytes") || env.Error.Retryable || env.ExecutionID == "" {
 				t.Errorf("envelope %s %+v, want failed INVALID_ARGUMENT naming the 16-byte limit", env.Status, env.Error)
 			}
 		})
@@ -75,8 +75,15 @@ func TestOversizeBodyIsRefusedAndNothingRuns(t *testing.T) {
 	if n := runs.Load(); n != 0 {
 		t.Errorf("the handler ran %d times for oversize bodies, want 0", n)
 	}
-	if evs := h.rec.Events(); len(evs) != 0 {
-		t.Errorf("an oversize body opened executions: %v", evs)
+	// Each refusal is an execution that never ran: requested, then failed
+	// with INVALID_ARGUMENT, never started.
+	for _, e := range h.rec.Events() {
+		switch {
+		case e.Type == middleware.EventRequested:
+		case e.Type == middleware.EventFailed && e.Code == middleware.CodeInvalidArgument && e.Attempts == 0:
+		default:
+			t.Errorf("an oversize body must be refused before anything runs, got event %s %s", e.Type, e.Code)
+		}
 	}
 	resp, body := h.post("/", "", strings.Repeat("y", 16))
 	if resp.StatusCode != http.StatusOK || body != strings.Repeat("y", 16) {

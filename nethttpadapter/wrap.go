@@ -91,7 +91,7 @@ func (m *muxRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func serveBuffered(eng *middleware.Engine, procedure string, h http.Handler, cfg *config, w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, cfg.maxBody)
 	if err != nil {
-		refuse(w, r, procedure, err)
+		refuse(eng, w, r, procedure, err)
 		return
 	}
 	x := &exchange{r: r, body: body, h: h, max: cfg.maxResponse}
@@ -238,19 +238,21 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 }
 
 // refuse answers a request whose body could not be read; nothing ran.
-func refuse(w http.ResponseWriter, r *http.Request, procedure string, err error) {
-	env := middleware.Envelope{Procedure: procedure, Status: middleware.StatusFailed}
+func refuse(eng *middleware.Engine, w http.ResponseWriter, r *http.Request, procedure string, err error) {
 	status := http.StatusBadRequest
+	refusal := middleware.NewError(middleware.CodeInvalidArgument, "the request body could not be read")
 	switch t, ok := errors.AsType[errTooLarge](err); {
 	case ok:
 		status = http.StatusRequestEntityTooLarge
-		env.Error = &middleware.EnvelopeError{Code: middleware.CodeInvalidArgument, Message: t.Error()}
+		refusal = middleware.NewError(middleware.CodeInvalidArgument, t.Error())
 	case r.Context().Err() != nil:
-		env.Status = middleware.StatusCancelled
-		env.Error = &middleware.EnvelopeError{Code: middleware.CodeCancelled, Message: "the caller cancelled the call"}
 		status = middleware.CodeCancelled.HTTPStatus()
-	default:
-		env.Error = &middleware.EnvelopeError{Code: middleware.CodeInvalidArgument, Message: "the request body could not be read"}
+		refusal = middleware.NewError(middleware.CodeCancelled, "the caller cancelled the call")
 	}
+	refusal.Cause = err
+	// An execution that never ran, so the caller still gets an execution id
+	// and the audit trail shows the refusal.
+	env, _ := eng.Refuse(r.Context(), middleware.Call{Procedure: procedure, ApprovalID: r.Header.Get(middleware.HeaderApprovalID)}, refusal)
+	env.SetHeaders(w.Header())
 	writeEnvelope(w, env, status)
 }
