@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/connectadapter"
+	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -26,16 +27,7 @@ func TestConformance(t *testing.T) {
 
 type conformanceHarness struct{ p protocol }
 
-var conformanceProcedures = map[conformance.Fixture]string{
-	conformance.FixtureRead:            testv1connect.TestServiceReadProcedure,
-	conformance.FixtureWrite:           testv1connect.TestServiceWriteProcedure,
-	conformance.FixtureIdempotentWrite: testv1connect.TestServiceIdempotentWriteProcedure,
-	conformance.FixtureSlow:            testv1connect.TestServiceSlowProcedure,
-	conformance.FixtureGated:           testv1connect.TestServiceGatedProcedure,
-	conformance.FixtureStream:          testv1connect.TestServiceStreamProcedure,
-}
-
-func (conformanceHarness) Procedure(f conformance.Fixture) string { return conformanceProcedures[f] }
+func (conformanceHarness) Procedure(f conformance.Fixture) string { return fixture.Procedure(f) }
 
 func (h conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
 	mux := http.NewServeMux()
@@ -51,11 +43,11 @@ type conformanceService struct {
 }
 
 func toFixture(r *testv1.Request) conformance.Request {
-	return conformance.Request{ID: r.GetId(), Mode: conformance.Mode(r.GetMode()), FailTimes: int(r.GetFailTimes()), Count: int(r.GetCount())}
+	return fixture.Request(r)
 }
 
 func fromFixture(r conformance.Response) *testv1.Response {
-	return &testv1.Response{Id: r.ID, Attempt: int32(r.Attempt), ExecutionId: r.ExecutionID, IdempotencyKey: r.IdempotencyKey}
+	return fixture.ProtoResponse(r)
 }
 
 func (s conformanceService) serve(ctx context.Context, f conformance.Fixture, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
@@ -101,7 +93,7 @@ type conformanceClient struct {
 }
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
-	r := connect.NewRequest(&testv1.Request{Id: req.ID, Mode: string(req.Mode), FailTimes: int32(req.FailTimes), Count: int32(req.Count)})
+	r := connect.NewRequest(fixture.ProtoRequest(req))
 	if approvalID != "" {
 		r.Header().Set(middleware.HeaderApprovalID, approvalID)
 	}
@@ -123,12 +115,12 @@ func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req 
 		out.Header[k] = append(out.Header[k], vs...)
 	}
 	m := res.Msg
-	out.Response = &conformance.Response{ID: m.GetId(), Attempt: int(m.GetAttempt()), ExecutionID: m.GetExecutionId(), IdempotencyKey: m.GetIdempotencyKey()}
+	out.Response = new(fixture.Response(m))
 	return out
 }
 
 func (c conformanceClient) Stream(ctx context.Context, req conformance.Request) ([]conformance.Response, conformance.Result) {
-	st, err := c.c.Stream(ctx, connect.NewRequest(&testv1.Request{Id: req.ID, Mode: string(req.Mode), FailTimes: int32(req.FailTimes), Count: int32(req.Count)}))
+	st, err := c.c.Stream(ctx, connect.NewRequest(fixture.ProtoRequest(req)))
 	if err != nil {
 		env, _ := connectadapter.ReadEnvelope(nil, err)
 		return nil, conformance.Result{Envelope: env, Err: err, Header: http.Header{}}
@@ -137,7 +129,7 @@ func (c conformanceClient) Stream(ctx context.Context, req conformance.Request) 
 	var msgs []conformance.Response
 	for st.Receive() {
 		m := st.Msg()
-		msgs = append(msgs, conformance.Response{ID: m.GetId(), Attempt: int(m.GetAttempt()), ExecutionID: m.GetExecutionId(), IdempotencyKey: m.GetIdempotencyKey()})
+		msgs = append(msgs, fixture.Response(m))
 	}
 	h := st.ResponseHeader().Clone()
 	for k, vs := range st.ResponseTrailer() {

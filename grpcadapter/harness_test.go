@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/grpcadapter"
+	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"go.uber.org/goleak"
@@ -28,16 +29,7 @@ func TestConformance(t *testing.T) {
 // over a real gRPC server on loopback.
 type harness struct{}
 
-var fixtureMethods = map[conformance.Fixture]string{
-	conformance.FixtureRead:            testv1.TestService_Read_FullMethodName,
-	conformance.FixtureWrite:           testv1.TestService_Write_FullMethodName,
-	conformance.FixtureIdempotentWrite: testv1.TestService_IdempotentWrite_FullMethodName,
-	conformance.FixtureSlow:            testv1.TestService_Slow_FullMethodName,
-	conformance.FixtureGated:           testv1.TestService_Gated_FullMethodName,
-	conformance.FixtureStream:          testv1.TestService_Stream_FullMethodName,
-}
-
-func (harness) Procedure(f conformance.Fixture) string { return fixtureMethods[f] }
+func (harness) Procedure(f conformance.Fixture) string { return fixture.Procedure(f) }
 
 func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
 	conn := serve(t, eng, &service{handle: handle, stream: stream})
@@ -70,11 +62,11 @@ type service struct {
 }
 
 func fromProto(r *testv1.Request) conformance.Request {
-	return conformance.Request{ID: r.GetId(), Mode: conformance.Mode(r.GetMode()), FailTimes: int(r.GetFailTimes()), Count: int(r.GetCount())}
+	return fixture.Request(r)
 }
 
 func toProto(r conformance.Response) *testv1.Response {
-	return &testv1.Response{Id: r.ID, Attempt: int32(r.Attempt), ExecutionId: r.ExecutionID, IdempotencyKey: r.IdempotencyKey}
+	return fixture.ProtoResponse(r)
 }
 
 func (s *service) serve(ctx context.Context, f conformance.Fixture, req *testv1.Request) (*testv1.Response, error) {
@@ -111,7 +103,7 @@ func (c client) Call(ctx context.Context, f conformance.Fixture, req conformance
 	if approvalID != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "agentsafe-approval-id", approvalID)
 	}
-	in := &testv1.Request{Id: req.ID, Mode: string(req.Mode), FailTimes: int32(req.FailTimes), Count: int32(req.Count)}
+	in := fixture.ProtoRequest(req)
 	call := map[conformance.Fixture]func(context.Context, *testv1.Request, ...grpc.CallOption) (*testv1.Response, error){
 		conformance.FixtureRead: c.c.Read, conformance.FixtureWrite: c.c.Write, conformance.FixtureIdempotentWrite: c.c.IdempotentWrite,
 		conformance.FixtureSlow: c.c.Slow, conformance.FixtureGated: c.c.Gated,
@@ -122,7 +114,7 @@ func (c client) Call(ctx context.Context, f conformance.Fixture, req conformance
 }
 
 func (c client) Stream(ctx context.Context, req conformance.Request) ([]conformance.Response, conformance.Result) {
-	st, err := c.c.Stream(ctx, &testv1.Request{Id: req.ID, Mode: string(req.Mode), FailTimes: int32(req.FailTimes), Count: int32(req.Count)})
+	st, err := c.c.Stream(ctx, fixture.ProtoRequest(req))
 	if err != nil {
 		return nil, conformance.Result{Err: err}
 	}
@@ -137,7 +129,7 @@ func (c client) Stream(ctx context.Context, req conformance.Request) ([]conforma
 			r := result(header, st.Trailer(), &testv1.Response{}, err)
 			return msgs, r
 		}
-		msgs = append(msgs, conformance.Response{ID: m.GetId(), Attempt: int(m.GetAttempt()), ExecutionID: m.GetExecutionId(), IdempotencyKey: m.GetIdempotencyKey()})
+		msgs = append(msgs, fixture.Response(m))
 	}
 }
 
@@ -151,7 +143,7 @@ func result(header, trailer metadata.MD, resp *testv1.Response, err error) confo
 	}
 	r := conformance.Result{Envelope: env, Header: h, Err: err}
 	if err == nil && resp != nil {
-		r.Response = &conformance.Response{ID: resp.GetId(), Attempt: int(resp.GetAttempt()), ExecutionID: resp.GetExecutionId(), IdempotencyKey: resp.GetIdempotencyKey()}
+		r.Response = new(fixture.Response(resp))
 	}
 	return r
 }

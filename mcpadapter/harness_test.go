@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/connectadapter"
+	fx "github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
@@ -29,16 +30,7 @@ func TestConformance(t *testing.T) {
 // reads everything from the tool results, as an MCP client would.
 type harness struct{}
 
-var fixtureProcedures = map[conformance.Fixture]string{
-	conformance.FixtureRead:            testv1connect.TestServiceReadProcedure,
-	conformance.FixtureWrite:           testv1connect.TestServiceWriteProcedure,
-	conformance.FixtureIdempotentWrite: testv1connect.TestServiceIdempotentWriteProcedure,
-	conformance.FixtureSlow:            testv1connect.TestServiceSlowProcedure,
-	conformance.FixtureGated:           testv1connect.TestServiceGatedProcedure,
-	conformance.FixtureStream:          testv1connect.TestServiceStreamProcedure,
-}
-
-func (harness) Procedure(f conformance.Fixture) string { return fixtureProcedures[f] }
+func (harness) Procedure(f conformance.Fixture) string { return fx.Procedure(f) }
 
 func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, _ conformance.StreamHandler) conformance.Client {
 	mux := http.NewServeMux()
@@ -75,7 +67,7 @@ func (s *fixtureService) serve(ctx context.Context, f conformance.Fixture, req *
 		}
 	}
 	r := req.Msg
-	resp, err := s.handle(ctx, f, conformance.Request{ID: r.GetId(), Mode: conformance.Mode(r.GetMode()), FailTimes: int(r.GetFailTimes()), Count: int(r.GetCount())}, setHeader)
+	resp, err := s.handle(ctx, f, fx.Request(r), setHeader)
 	if err != nil {
 		return nil, err
 	}
@@ -108,9 +100,9 @@ func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conforma
 	if approvalID != "" {
 		args["_approval_id"] = approvalID
 	}
-	name, ok := c.tools[fixtureProcedures[f]]
+	name, ok := c.tools[fx.Procedure(f)]
 	if !ok {
-		return conformance.Result{Err: errors.New("no tool for " + fixtureProcedures[f])}
+		return conformance.Result{Err: errors.New("no tool for " + fx.Procedure(f))}
 	}
 	r, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
@@ -139,6 +131,6 @@ func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conforma
 		out.Err = err
 		return out
 	}
-	out.Response = &conformance.Response{ID: resp.GetId(), Attempt: int(resp.GetAttempt()), ExecutionID: resp.GetExecutionId(), IdempotencyKey: resp.GetIdempotencyKey()}
+	out.Response = new(fx.Response(&resp))
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/twirpadapter"
@@ -56,7 +57,7 @@ type fixtureService struct {
 }
 
 func (s *fixtureService) serve(ctx context.Context, f conformance.Fixture, in *testv1.Request) (*testv1.Response, error) {
-	req := conformance.Request{ID: in.Id, Mode: conformance.Mode(in.Mode), FailTimes: int(in.FailTimes), Count: int(in.Count)}
+	req := fixture.Request(in)
 	resp, err := s.handle(ctx, f, req, func(k, v string) { _ = twirp.SetHTTPResponseHeader(ctx, k, v) })
 	if err != nil {
 		return nil, err
@@ -95,7 +96,7 @@ func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req 
 	}
 	ctx, rec := twirpadapter.RecordEnvelope(ctx)
 	ctx, header := withHeaders(ctx)
-	in := &testv1.Request{Id: req.ID, Mode: string(req.Mode), FailTimes: int32(req.FailTimes), Count: int32(req.Count)}
+	in := fixture.ProtoRequest(req)
 	call := map[conformance.Fixture]func(context.Context, *testv1.Request) (*testv1.Response, error){
 		conformance.FixtureRead: c.c.Read, conformance.FixtureWrite: c.c.Write, conformance.FixtureIdempotentWrite: c.c.IdempotentWrite,
 		conformance.FixtureSlow: c.c.Slow, conformance.FixtureGated: c.c.Gated,
