@@ -150,17 +150,21 @@ func TestRedisEngineFailsClosedWhenRedisStops(t *testing.T) {
 	}
 
 	srv.Restart()
+	// A go-redis pool whose dials kept failing probes the server once a
+	// second before it dials again: the client's reconnection, not the
+	// store's. Wait for every engine's client, boundedly, before the
+	// engines work across each other.
 	for e, eng := range engines {
-		in := refundInput(1, e)
-		// A go-redis pool whose dials kept failing probes the server once a
-		// second before it dials again: the client's reconnection, not the
-		// store's, so wait for it, boundedly.
+		probe := refundInput(2, e)
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			_, _, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: in}, handler)
+			_, _, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: probe}, handler)
 			if middleware.CodeOf(err) != middleware.CodeApprovalUnavailable || time.Now().After(deadline) {
 				break
 			}
 		}
+	}
+	for e, eng := range engines {
+		in := refundInput(1, e)
 		id := requestApproved(t, ctx, eng, in)
 		_, env, err := engines[1-e].Execute(ctx, middleware.Call{Procedure: refund, Input: in, ApprovalID: id}, handler)
 		if err != nil || env.Status != middleware.StatusCompleted {
