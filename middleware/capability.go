@@ -112,6 +112,11 @@ type Approval struct {
 	// ExpiresIn is the lifetime of a pending or approved record, counted from
 	// the request. Zero means 15 minutes; negative is invalid.
 	ExpiresIn time.Duration
+	// Quorum is how many distinct approvers must approve before the call
+	// may run: none of them the requester or in its delegation chain, none
+	// in another's chain. One rejection rejects. Zero means 1; negative is
+	// invalid. It is bound into the record, like Type.
+	Quorum int
 }
 
 // Hints are the tool-listing hints (MCP tool annotations) derived from a

@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"time"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
 )
@@ -27,16 +26,6 @@ func (a Actor) Ref() ActorRef { return ActorRef{ID: a.ID, Tenant: a.Tenant} }
 // CodeUnauthenticated.
 type ActorFunc func(ctx context.Context) (Actor, error)
 
-// ApprovalInfo is the approval an execution consumed, as handlers see it.
-type ApprovalInfo struct {
-	ID       string
-	Type     string
-	Approver Actor
-	Comment  string
-	// DecidedAt is when the approver decided.
-	DecidedAt time.Time
-}
-
 // Execution is what a handler may know about the execution it runs in.
 type Execution struct {
 	// ID is the execution's id: the same for every attempt of it.
@@ -49,7 +38,7 @@ type Execution struct {
 	Procedure string
 	Actor     Actor
 	// Approval is the approval this execution consumed, or nil.
-	Approval *ApprovalInfo
+	Approval *ConsumedApproval
 }
 
 // SubKey returns a stable idempotency key for one labelled downstream call

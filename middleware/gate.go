@@ -125,10 +125,11 @@ func (x *execution) approvalView() (string, error) {
 func (x *execution) consumeApproval(store ApprovalStore) *Error {
 	id := x.call.ApprovalID
 	x.approvalID = id
-	rec, err := store.Consume(x.ctx, id, ConsumeRequest{
+	got, err := store.Consume(x.ctx, id, ConsumeRequest{
 		Audience:    x.e.cfg.audience,
 		Procedure:   x.call.Procedure,
 		Type:        x.cap.Approval.Type,
+		Quorum:      x.cap.Approval.Quorum,
 		Actor:       x.actor,
 		Digest:      x.digest,
 		ExecutionID: x.id,
@@ -142,9 +143,9 @@ func (x *execution) consumeApproval(store ApprovalStore) *Error {
 	x.consumed = true
 	// Derived from the approval, so that if the same approval could ever run
 	// twice (a Redis failover), the downstream still sees one key.
-	x.idempotencyKey = ids.Derive(idempotencyKeyPrefix, rec.ID)
-	x.approval = &ApprovalInfo{ID: rec.ID, Type: rec.Type, Approver: rec.Approver, Comment: rec.Comment, DecidedAt: rec.DecidedAt}
-	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: rec.Approver.Ref(), Comment: rec.Comment})
+	x.idempotencyKey = ids.Derive(idempotencyKeyPrefix, id)
+	x.approval = &got
+	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: got.Approver.Ref(), Comment: got.Comment})
 	return nil
 }
 
@@ -179,7 +180,11 @@ func (x *execution) storeError(err error) *Error {
 func (x *execution) recordOutcome(code Code) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
-	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, code)
+	o := Outcome{Status: ApprovalCompleted, Code: code}
+	if code != CodeOK {
+		o.Status = ApprovalFailed
+	}
+	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, o)
 }
 
 // Decide records an approver's decision through the engine's store and
@@ -188,16 +193,17 @@ func (x *execution) recordOutcome(code Code) {
 // store gave them (sentinels such as ErrSelfApproval or ErrNotPending).
 func (e *Engine) Decide(ctx context.Context, id string, d Decision) (ApprovalRecord, error) {
 	if e.cfg.store == nil {
-		return ApprovalRecord{}, errors.New("agentsafe: this engine has no approval store (WithApprovalStore)")
+		return ApprovalRecord{}, errNoStore
 	}
 	if !ValidApprovalID(id) {
 		return ApprovalRecord{}, fmt.Errorf("%w: malformed approval id", ErrApprovalNotFound)
 	}
-	rec, err := e.cfg.store.Decide(ctx, id, d)
+	d.Audience = e.cfg.audience
+	rec, changed, err := e.cfg.store.Decide(ctx, id, d)
 	if err != nil {
 		return rec, err
 	}
-	if len(e.sinks) > 0 {
+	if changed && len(e.sinks) > 0 {
 		ev := Event{Type: EventRejected, Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: rec.Requester.Ref(),
 			InputDigest: e.keyedDigest(rec.Digest), SideEffect: rec.SideEffect, Risk: rec.Risk, ApprovalID: rec.ID, Approver: d.Approver.Ref(), Comment: d.Comment,
 			Duration: rec.DecidedAt.Sub(rec.RequestedAt)}
@@ -212,8 +218,43 @@ func (e *Engine) Decide(ctx context.Context, id string, d Decision) (ApprovalRec
 	return rec, nil
 }
 
-// Approvals returns the engine's approval store, or nil.
+// Approvals returns the engine's approval store, or nil. Its Get and List
+// see every audience; [Engine.Get] and [Engine.List] see only the
+// engine's.
 func (e *Engine) Approvals() ApprovalStore { return e.cfg.store }
+
+// errNoStore is what the approval views of an engine without a store fail with.
+var errNoStore = errors.New("agentsafe: this engine has no approval store (WithApprovalStore)")
+
+// Get returns the approval record with id, if it belongs to the engine's
+// audience (see [WithAudience]); a record of another audience, like a
+// malformed id, is ErrApprovalNotFound.
+func (e *Engine) Get(ctx context.Context, id string) (ApprovalRecord, error) {
+	if e.cfg.store == nil {
+		return ApprovalRecord{}, errNoStore
+	}
+	if !ValidApprovalID(id) {
+		return ApprovalRecord{}, ErrApprovalNotFound
+	}
+	rec, err := e.cfg.store.Get(ctx, id)
+	if err != nil {
+		return ApprovalRecord{}, err
+	}
+	if rec.Audience != e.cfg.audience {
+		return ApprovalRecord{}, ErrApprovalNotFound
+	}
+	return rec, nil
+}
+
+// List returns the approval records of the engine's audience that match
+// f (its Audience is replaced by the engine's), oldest first.
+func (e *Engine) List(ctx context.Context, f ApprovalFilter) ([]ApprovalRecord, error) {
+	if e.cfg.store == nil {
+		return nil, errNoStore
+	}
+	f.Audience = e.cfg.audience
+	return e.cfg.store.List(ctx, f)
+}
 
 // lease is how long an execution of c may run, at most, plus a grace: the
 // time after which a consumed approval without an outcome is in_doubt.

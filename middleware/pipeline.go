@@ -131,7 +131,7 @@ type execution struct {
 	digest         string // plain, for approvals
 	eventDigest    string // keyed when configured
 	approvalID     string
-	approval       *ApprovalInfo
+	approval       *ConsumedApproval
 	consumed       bool           // an approval was consumed: its outcome is recorded
 	endTrace       func(Envelope) // the tracer's, or nil
 	start          time.Time

@@ -110,6 +110,9 @@ func validate(procedure, source string, c Capability, problems []*FieldError) []
 	if c.Retry.Backoff < 0 {
 		add("Retry.Backoff", "must not be negative (got %s)", c.Retry.Backoff)
 	}
+	if c.Approval.Quorum < 0 {
+		add("Approval.Quorum", "must not be negative (got %d)", c.Approval.Quorum)
+	}
 	if c.Approval.ExpiresIn < 0 {
 		add("Approval.ExpiresIn", "must not be negative (got %s)", c.Approval.ExpiresIn)
 	}
