@@ -22,7 +22,7 @@ const (
 // requireEnv names the environment variable that forbids the fallback.
 const requireEnv = "AGENTSAFE_REQUIRE_REDIS"
 
-const fallbackNotice = "agentsafe: redis-server not found on PATH; using embedded miniredis (set " + requireEnv + "=1 to fail instead)"
+const fallbackNotice = "agentsafe fallback: redis-server not found on PATH; using embedded miniredis (set " + requireEnv + "=1 to fail instead)"
 
 var noticeOnce sync.Once
 
