@@ -17,7 +17,10 @@
 //	reg.Register("POST /refunds", ...)
 //	http.ListenAndServe(addr, nethttpadapter.WrapMux(eng, mux))
 //
-// A route the engine does not govern is served untouched.
+// Wrap panics at start-up when the engine governs no capability of the
+// name it is given, so a typo cannot leave a route unprotected. WrapMux
+// serves a pattern the engine does not govern untouched: a mux may hold
+// ungoverned routes.
 //
 // # What happens to a governed request
 //

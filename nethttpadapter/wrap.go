@@ -13,11 +13,16 @@ import (
 )
 
 // Wrap governs h as procedure: the name under which the engine's registry
-// (or a protobuf method option) holds its capability. A procedure the
-// engine does not govern gets h back untouched, so a route adopts agentsafe
-// by wrapping it and registering its capability, in either order; in strict
-// mode ([middleware.WithStrict]) an unknown procedure is refused with 404
-// CAPABILITY_NOT_FOUND instead.
+// (or a protobuf method option) holds its capability. The capability must be
+// registered before the engine is built ([middleware.New] reads the registry
+// once).
+//
+// Wrap panics at start-up if the engine governs no such procedure, in strict
+// mode ([middleware.WithStrict]) too, as [http.ServeMux.Handle] does for a
+// bad pattern: a typo in the name must not leave the route served without
+// its capability. Register the capability, or serve the handler without
+// Wrap. (Routes a [WrapMux] serves may be ungoverned: a mux holds ungoverned
+// routes too.)
 //
 // A capability with Streaming set runs in stream mode (see the package
 // documentation); every other governed route is buffered. Wrap panics if
@@ -26,10 +31,12 @@ func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Opti
 	if eng == nil || h == nil {
 		panic("nethttpadapter: Wrap needs an engine and a handler")
 	}
-	if !eng.Governs(procedure) {
-		return h
+	// Lookup, not Governs: in strict mode the engine "governs" every name,
+	// typos included, by refusing it at call time.
+	c, ok := eng.Lookup(procedure)
+	if !ok {
+		panic(fmt.Sprintf("nethttpadapter: Wrap(%q): the engine governs no procedure %q; register its capability in the registry given to middleware.New, or do not Wrap the handler", procedure, procedure))
 	}
-	c, _ := eng.Lookup(procedure)
 	return &route{eng: eng, procedure: procedure, h: h, cfg: newConfig(opts), stream: c.Streaming}
 }
 
