@@ -19,8 +19,10 @@
 //
 // Wrap panics at start-up when the engine governs no capability of the
 // name it is given, so a typo cannot leave a route unprotected. WrapMux
-// serves a pattern the engine does not govern untouched: a mux may hold
-// ungoverned routes.
+// serves a pattern the engine does not govern untouched (a mux may hold
+// ungoverned routes), and refuses a path the mux would redirect to a
+// governed pattern before anything runs: 400 INVALID_ARGUMENT naming the
+// canonical path (see [WrapMux]).
 //
 // # What happens to a governed request
 //
