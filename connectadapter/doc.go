@@ -107,6 +107,9 @@
 // headers, in the Connect, gRPC and gRPC-Web protocols alike. (They are not
 // added to the error's metadata as well: Connect would send them twice,
 // and its clients see response headers in connect.Error.Meta anyway.)
+// These headers are the engine's alone: values a handler sets for them,
+// in its headers, trailers or error metadata, are dropped, so a client
+// never sees two, or another execution's.
 //
 // On error the client gets a *connect.Error with an agentsafe.v1.ErrorDetail
 // (code name, retryable-for-caller, execution id, approval id, procedure,
