@@ -22,10 +22,17 @@
 //
 // Handlers read their execution id, idempotency key and attempt with
 // middleware.ExecutionFromContext. To pass the key on to a downstream
-// Connect service, give its client a [ClientInterceptor] naming its host:
+// Connect service, give its client a [ClientInterceptor] naming its host,
+// and an *http.Client from [KeyHTTPClient] naming the same hosts:
 //
-//	payments := paymentsv1connect.NewPaymentServiceClient(http.DefaultClient, url,
-//		connect.WithInterceptors(connectadapter.NewClientInterceptor("payments.internal")))
+//	hosts := []string{"payments.internal"}
+//	payments := paymentsv1connect.NewPaymentServiceClient(
+//		connectadapter.KeyHTTPClient(http.DefaultClient, hosts...), url,
+//		connect.WithInterceptors(connectadapter.NewClientInterceptor(hosts...)))
+//
+// The interceptor alone cannot see redirects: Go's http.Client copies the
+// header it set onto a redirected request, to whatever host; KeyHTTPClient
+// removes it from a redirect to a host not listed.
 //
 // Clients read the envelope back with [ReadEnvelope]:
 //
