@@ -21,8 +21,9 @@
 // agentsafe-approval-id. These keys are the engine's alone: a handler that
 // sets or forwards them, in its header or trailer, unary or stream, has its
 // values dropped, so a client never sees two. An error is a status with the
-// mapped code (a handler's own status keeps its code and message; plain Go
-// errors become Internal with a concealed message) and an
-// agentsafe.v1.ErrorDetail. [EnvelopeFrom] reads it back on the client. A
-// request carries an approval id in the agentsafe-approval-id metadata key.
+// mapped code and an agentsafe.v1.ErrorDetail: a status the handler returned
+// keeps its code and message (not its own details), except one with
+// codes.Unknown, which is concealed like a plain Go error: Internal, "the
+// operation failed". [EnvelopeFrom] reads it back on the client. A request
+// carries an approval id in the agentsafe-approval-id metadata key.
 package grpcadapter

@@ -224,9 +224,9 @@ func envelopeMD(env middleware.Envelope) metadata.MD {
 }
 
 // statusFor is the error a governed call returns: a status the handler
-// returned on purpose keeps its code and message; everything else takes
-// the envelope's code and (concealed) message. Either way it carries the
-// agentsafe.v1.ErrorDetail.
+// returned on purpose keeps its code and message (not its details), unless
+// its code is Unknown; everything else takes the envelope's code and
+// (concealed) message. Either way it carries the agentsafe.v1.ErrorDetail.
 func statusFor(env middleware.Envelope, err error) error {
 	e := env.Error
 	if e == nil {

@@ -46,8 +46,10 @@ func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Opti
 // procedure of a request is the pattern it matched, exactly as registered
 // (for example "POST /refunds/{id}"). Requests that match no pattern, or a
 // pattern the engine does not govern, go to mux untouched: a path no pattern
-// routes is the mux's own 404 (or 405), without an envelope. It is the
-// one-line adoption for a whole ServeMux:
+// routes is the mux's own 404 (or 405), without an envelope. In strict mode
+// ([middleware.WithStrict]) a matched pattern without a capability is
+// refused instead, with 404 CAPABILITY_NOT_FOUND and a JSON envelope. It is
+// the one-line adoption for a whole ServeMux:
 //
 //	http.ListenAndServe(addr, nethttpadapter.WrapMux(eng, mux))
 //
