@@ -57,7 +57,7 @@
 //  5. Only the finalized attempt's status, headers, body and trailers reach
 //     the client, with the envelope's ids added as Agentsafe-Execution-Id,
 //     Agentsafe-Attempts and Agentsafe-Approval-Id headers (the handler
-//     cannot override them). That includes the handler's own 5xx response:
+//     cannot override them, nor send them as trailers). That includes the handler's own 5xx response:
 //     it passes through as written.
 //  6. Outcomes the engine decides (timeout, cancellation, approval, panic,
 //     refusals) are answered with the JSON envelope
