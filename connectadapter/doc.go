@@ -15,17 +15,25 @@
 // the method options of every descriptor in protoregistry.GlobalFiles (where
 // generated code registers itself) and validates everything once; an
 // invalid option — a retry on a write not declared idempotent, an unknown
-// enum value — fails here, never at call time. [New] also marks the Go
-// registry's entries for streaming methods as streaming (from their
-// descriptors), so approval on a stream is refused here too. Use
-// [NewInterceptor] to share an engine built elsewhere.
+// enum value — fails here, never at call time. The engine also marks the Go
+// registry's entries for streaming methods as streaming, from their
+// descriptors (the interceptor sets nothing), so approval on a stream is
+// refused here too. Use [NewInterceptor] to share an engine built
+// elsewhere.
 //
 // Handlers read their execution id, idempotency key and attempt with
 // middleware.ExecutionFromContext. To pass the key on to a downstream
-// Connect service, give its client a [ClientInterceptor] naming its host:
+// Connect service, give its client a [ClientInterceptor] naming its host,
+// and an *http.Client from [KeyHTTPClient] naming the same hosts:
 //
-//	payments := paymentsv1connect.NewPaymentServiceClient(http.DefaultClient, url,
-//		connect.WithInterceptors(connectadapter.NewClientInterceptor("payments.internal")))
+//	hosts := []string{"payments.internal"}
+//	payments := paymentsv1connect.NewPaymentServiceClient(
+//		connectadapter.KeyHTTPClient(http.DefaultClient, hosts...), url,
+//		connect.WithInterceptors(connectadapter.NewClientInterceptor(hosts...)))
+//
+// The interceptor alone cannot see redirects: Go's http.Client copies the
+// header it set onto a redirected request, to whatever host; KeyHTTPClient
+// removes it from a redirect to a host not listed.
 //
 // Clients read the envelope back with [ReadEnvelope]:
 //
@@ -42,11 +50,17 @@
 //     goes straight to the next handler. The procedure is resolved by name
 //     (Spec.Procedure) against the engine, which merged the method options
 //     and the registry when it was built. A procedure whose method
-//     descriptor (Spec.Schema) carries the capability option but which the
-//     engine does not know — its file was not in the files the engine
-//     scanned (see middleware.WithProtoFiles) — fails closed with Internal
-//     instead of running ungoverned: its .proto file promises what the
-//     engine would not enforce.
+//     descriptor carries the capability option but which the engine was not
+//     built with — its file was linked into the program but not among the
+//     files given to middleware.WithProtoFiles — fails closed instead of
+//     running ungoverned, because its .proto file promises what the engine
+//     would not enforce: the engine refuses it with CAPABILITY_NOT_FOUND
+//     (NotFound, with the error detail and an execution id; the message
+//     names the procedure and WithProtoFiles). A descriptor the engine
+//     cannot see at all, one missing from protoregistry.GlobalFiles that
+//     only Spec.Schema carries, is refused by the interceptor itself:
+//     Internal, naming the procedure and the fix, with no envelope, since
+//     no execution was opened.
 //  2. The engine runs the pipeline (see package middleware). A unary call's
 //     input is its request message, bound for digests and approvals through
 //     protojson and canonical JSON; the Agentsafe-Approval-Id request header
@@ -107,6 +121,9 @@
 // headers, in the Connect, gRPC and gRPC-Web protocols alike. (They are not
 // added to the error's metadata as well: Connect would send them twice,
 // and its clients see response headers in connect.Error.Meta anyway.)
+// These headers are the engine's alone: values a handler sets for them,
+// in its headers, trailers or error metadata, are dropped, so a client
+// never sees two, or another execution's.
 //
 // On error the client gets a *connect.Error with an agentsafe.v1.ErrorDetail
 // (code name, retryable-for-caller, execution id, approval id, procedure,

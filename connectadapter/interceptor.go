@@ -95,11 +95,13 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 	}
 }
 
-// undeclared fails closed when a procedure the engine does not govern
-// declares a capability in its method descriptor: the engine was built
-// without that descriptor (see middleware.WithProtoFiles), and serving the
-// method ungoverned would silently drop what its .proto file promises. The
-// option is not read or validated here; only its presence is checked.
+// undeclared fails closed, with Internal, when a procedure the engine does
+// not govern declares a capability in its method descriptor: the engine
+// has never seen that descriptor (it is not in protoregistry.GlobalFiles;
+// a linked one the engine was not built with is governed, and refused with
+// CAPABILITY_NOT_FOUND by the engine), and serving the method ungoverned
+// would silently drop what its .proto file promises. The option is not
+// read or validated here; only its presence is checked.
 func undeclared(spec connect.Spec) error {
 	md, ok := spec.Schema.(protoreflect.MethodDescriptor)
 	if !ok {

@@ -1,8 +1,11 @@
 package connectadapter_test
 
 import (
+	"context"
 	"errors"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,11 +156,10 @@ func TestInvalidOptionsFailAtBuild(t *testing.T) {
 	})
 }
 
-// A method whose descriptor declares a capability the engine was not built
-// with fails closed instead of running ungoverned (the engine refuses it
-// with CAPABILITY_NOT_FOUND when the descriptor is linked; the adapter, from
-// Spec.Schema, when it is not); methods without the option still pass
-// through.
+// A method whose linked descriptor declares a capability the engine was not
+// built with fails closed instead of running ungoverned: the engine refuses
+// it with CAPABILITY_NOT_FOUND, NotFound on the wire. Methods without the
+// option still pass through.
 func TestUndeclaredOptionsFailClosed(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		srv := newServer(t, serverConfig{opts: []middleware.Option{middleware.WithProtoFiles(new(protoregistry.Files))}})
@@ -182,6 +184,43 @@ func TestUndeclaredOptionsFailClosed(t *testing.T) {
 			t.Errorf("Ungoverned: %v, want it to pass through", err)
 		}
 	})
+}
+
+// A method whose descriptor declares a capability but is not in
+// protoregistry.GlobalFiles, so that the engine cannot know it, is refused by
+// the adapter itself from Spec.Schema: Internal, naming the procedure and
+// the fix, with no envelope (no execution was opened), and nothing runs.
+func TestUndeclaredOptionOutsideGlobalFilesFailsClosedWithInternal(t *testing.T) {
+	files := paymentsFile(t, &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_EXTERNAL})
+	d, err := files.FindDescriptorByName("pay.v1.Payments.Charge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const procedure = "/pay.v1.Payments/Charge"
+	guard, err := connectadapter.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle(procedure, connect.NewUnaryHandler(procedure,
+		func(context.Context, *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+			runs.Add(1)
+			return connect.NewResponse(&testv1.Response{}), nil
+		},
+		connect.WithSchema(d), connect.WithInterceptors(guard)))
+	client := connect.NewClient[testv1.Request, testv1.Response](httpClient(t, false), serve(t, mux)+procedure)
+	_, err = client.CallUnary(t.Context(), request(&testv1.Request{}))
+	ce := wantConnectCode(t, err, connect.CodeInternal)
+	if !strings.Contains(ce.Message(), procedure) || !strings.Contains(ce.Message(), "WithProtoFiles") {
+		t.Errorf("message %q should name the procedure and the fix", ce.Message())
+	}
+	if env, ok := connectadapter.ReadEnvelope(nil, err); ok {
+		t.Errorf("envelope %+v on a call no execution was opened for", env)
+	}
+	if runs.Load() != 0 {
+		t.Error("the handler ran ungoverned")
+	}
 }
 
 // In strict mode an ungoverned procedure fails CAPABILITY_NOT_FOUND, as

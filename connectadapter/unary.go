@@ -43,7 +43,7 @@ func (i *Interceptor) unary(ctx context.Context, req connect.AnyRequest, next co
 			u.commit(ae.sink) // the reported attempt returned: its headers are final
 		}
 		werr := wireError(err, env)
-		env.SetHeaders(u.header(nil, werr))
+		setEnvelope(u.header(nil, werr), env)
 		return nil, werr
 	}
 	var res connect.AnyResponse
@@ -54,7 +54,12 @@ func (i *Interceptor) unary(ctx context.Context, req connect.AnyRequest, next co
 	case connect.AnyResponse:
 		res = r
 	}
-	env.SetHeaders(u.header(res, nil))
+	if res != nil {
+		// Connect sends the response's own headers and trailers too.
+		dropEnvelope(res.Header())
+		dropEnvelope(res.Trailer())
+	}
+	setEnvelope(u.header(res, nil), env)
 	return res, nil
 }
 
@@ -82,11 +87,14 @@ func (u *unaryCall) attempt(ctx context.Context) (any, error) {
 }
 
 // commit copies the finalized attempt's response headers and trailers into
-// the framework's, on the serving goroutine, once the attempt has returned.
+// the framework's, on the serving goroutine, once the attempt has returned,
+// without the envelope's keys, which are the engine's alone.
 func (u *unaryCall) commit(sink *attemptCallInfo) {
 	if sink == nil || u.frame == nil {
 		return
 	}
+	dropEnvelope(sink.header)
+	dropEnvelope(sink.trailer)
 	merge(u.frame.ResponseHeader(), sink.header)
 	merge(u.frame.ResponseTrailer(), sink.trailer)
 }

@@ -2,6 +2,8 @@ package connectadapter
 
 import (
 	"errors"
+	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -32,9 +34,7 @@ func wireError(err error, env middleware.Envelope) *connect.Error {
 		}
 		if !connect.IsWireError(ce) {
 			merge(out.Meta(), ce.Meta())
-			for _, h := range []string{middleware.HeaderExecutionID, middleware.HeaderAttempts, middleware.HeaderApprovalID} {
-				out.Meta().Del(h)
-			}
+			dropEnvelope(out.Meta())
 		}
 	} else {
 		code, msg := middleware.CodeExecutionFailed, middleware.ConcealedMessage
@@ -74,3 +74,24 @@ type wireMessage struct {
 
 func (w *wireMessage) Error() string { return w.msg }
 func (w *wireMessage) Unwrap() error { return w.err }
+
+// dropEnvelope deletes the envelope's headers from h, however they are
+// spelled. They are the engine's alone: a handler's copy (forwarded from a
+// downstream response, say) belongs to another execution, and would put a
+// second value on the wire or, in a stream, replace the engine's.
+func dropEnvelope(h http.Header) {
+	for k := range h {
+		switch {
+		case strings.EqualFold(k, middleware.HeaderExecutionID),
+			strings.EqualFold(k, middleware.HeaderAttempts),
+			strings.EqualFold(k, middleware.HeaderApprovalID):
+			delete(h, k)
+		}
+	}
+}
+
+// setEnvelope makes env's ids the only envelope headers in h.
+func setEnvelope(h http.Header, env middleware.Envelope) {
+	dropEnvelope(h)
+	env.SetHeaders(h)
+}

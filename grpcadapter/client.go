@@ -44,6 +44,11 @@ func EnvelopeFrom(header, trailer metadata.MD, err error) (middleware.Envelope, 
 // calls as idempotency-key metadata, only to the listed hosts (host or
 // host:port, as the client connection's target names them). Calls made
 // outside an execution, or to other hosts, are untouched.
+//
+// Unlike Go's http.Client, gRPC follows no HTTP redirects: a call goes to
+// the connection's target (one of the addresses it resolves to) and nowhere
+// else, so the key is not carried off to a host that is not listed, the
+// concern connectadapter.KeyHTTPClient addresses for Connect.
 func UnaryClientInterceptor(hosts ...string) grpc.UnaryClientInterceptor {
 	allowed := middleware.NewKeyHosts(hosts...)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

@@ -18,9 +18,12 @@
 //
 // On the wire, every governed response carries the metadata
 // agentsafe-execution-id, agentsafe-attempts and, when set,
-// agentsafe-approval-id; an error is a status with the mapped code (a
-// handler's own status keeps its code and message; plain Go errors become
-// Internal with a concealed message) and an agentsafe.v1.ErrorDetail.
-// [EnvelopeFrom] reads it back on the client. A request carries an approval
-// id in the agentsafe-approval-id metadata key.
+// agentsafe-approval-id. These keys are the engine's alone: a handler that
+// sets or forwards them, in its header or trailer, unary or stream, has its
+// values dropped, so a client never sees two. An error is a status with the
+// mapped code and an agentsafe.v1.ErrorDetail: a status the handler returned
+// keeps its code and message (not its own details), except one with
+// codes.Unknown, which is concealed like a plain Go error: Internal, "the
+// operation failed". [EnvelopeFrom] reads it back on the client. A request
+// carries an approval id in the agentsafe-approval-id metadata key.
 package grpcadapter

@@ -79,6 +79,11 @@ func StreamServerInterceptor(eng *middleware.Engine) grpc.StreamServerIntercepto
 				// The ids go out before the first message.
 				_ = ss.SetHeader(metadata.Pairs(mdExecutionID, x.ID))
 			}
+			// The handler's own metadata goes through filters that drop
+			// the envelope's keys, whichever way it is set.
+			if ts := grpc.ServerTransportStreamFromContext(ctx); ts != nil {
+				ctx = grpc.NewContextWithServerTransportStream(ctx, ownTransport{ts})
+			}
 			return handler(srv, &stream{ServerStream: ss, ctx: ctx})
 		})
 		ss.SetTrailer(envelopeMD(env))
@@ -105,13 +110,58 @@ func classify(ctx context.Context, err error) error {
 	return err
 }
 
-// stream hands the handler the execution's context.
+// stream hands the handler the execution's context, and drops the
+// envelope's keys from the metadata it sets.
 type stream struct {
 	grpc.ServerStream
 	ctx context.Context
 }
 
 func (s *stream) Context() context.Context { return s.ctx }
+func (s *stream) SetHeader(md metadata.MD) error {
+	return s.ServerStream.SetHeader(withoutEnvelope(md))
+}
+func (s *stream) SendHeader(md metadata.MD) error {
+	return s.ServerStream.SendHeader(withoutEnvelope(md))
+}
+func (s *stream) SetTrailer(md metadata.MD) { s.ServerStream.SetTrailer(withoutEnvelope(md)) }
+
+// ownTransport is a stream's grpc.ServerTransportStream as its handler sees
+// it (grpc.SetHeader and friends): the envelope's keys are dropped.
+type ownTransport struct{ grpc.ServerTransportStream }
+
+func (t ownTransport) SetHeader(md metadata.MD) error {
+	return t.ServerTransportStream.SetHeader(withoutEnvelope(md))
+}
+
+func (t ownTransport) SendHeader(md metadata.MD) error {
+	return t.ServerTransportStream.SendHeader(withoutEnvelope(md))
+}
+
+func (t ownTransport) SetTrailer(md metadata.MD) error {
+	return t.ServerTransportStream.SetTrailer(withoutEnvelope(md))
+}
+
+// withoutEnvelope returns md without the envelope's keys, which are the
+// engine's alone: a handler that sets or forwards them (from a downstream
+// call's response, say) would otherwise put a second value on the wire,
+// and EnvelopeFrom would read the handler's. md itself is not modified.
+func withoutEnvelope(md metadata.MD) metadata.MD {
+	var out metadata.MD
+	for k := range md {
+		switch strings.ToLower(k) {
+		case mdExecutionID, mdAttempts, mdApprovalID:
+			if out == nil {
+				out = md.Copy()
+			}
+			delete(out, k)
+		}
+	}
+	if out == nil {
+		return md
+	}
+	return out
+}
 
 // headerSink is one attempt's grpc.ServerTransportStream: it keeps the
 // headers and trailers the handler sets, so that only the finalized
@@ -145,15 +195,15 @@ func (h *headerSink) SetTrailer(md metadata.MD) error {
 }
 
 // flush copies the finalized attempt's headers and trailers to the real
-// stream.
+// stream, without the envelope's keys: the interceptor sets those.
 func (h *headerSink) flush(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.header) > 0 {
-		_ = grpc.SetHeader(ctx, h.header)
+	if md := withoutEnvelope(h.header); len(md) > 0 {
+		_ = grpc.SetHeader(ctx, md)
 	}
-	if len(h.trailer) > 0 {
-		_ = grpc.SetTrailer(ctx, h.trailer)
+	if md := withoutEnvelope(h.trailer); len(md) > 0 {
+		_ = grpc.SetTrailer(ctx, md)
 	}
 }
 
@@ -174,9 +224,9 @@ func envelopeMD(env middleware.Envelope) metadata.MD {
 }
 
 // statusFor is the error a governed call returns: a status the handler
-// returned on purpose keeps its code and message; everything else takes
-// the envelope's code and (concealed) message. Either way it carries the
-// agentsafe.v1.ErrorDetail.
+// returned on purpose keeps its code and message (not its details), unless
+// its code is Unknown; everything else takes the envelope's code and
+// (concealed) message. Either way it carries the agentsafe.v1.ErrorDetail.
 func statusFor(env middleware.Envelope, err error) error {
 	e := env.Error
 	if e == nil {

@@ -155,6 +155,7 @@ func (a *attemptWriter) replay(w http.ResponseWriter, setIDs func(http.Header), 
 	delete(h, middleware.HeaderExecutionID)
 	delete(h, middleware.HeaderAttempts)
 	delete(h, middleware.HeaderApprovalID)
+	undeclareEnvelope(h)
 	setIDs(h)
 	trailers := trailerKeys(sent, a.header)
 	if len(trailers) == 0 && bodyAllowed(status) && method != http.MethodHead &&
@@ -176,12 +177,13 @@ func (a *attemptWriter) replay(w http.ResponseWriter, setIDs func(http.Header), 
 }
 
 // trailerKeys lists the trailers a handler set: the keys it declared in the
-// Trailer header before writing, and keys with http.TrailerPrefix.
+// Trailer header before writing, and keys with http.TrailerPrefix; never the
+// envelope's, which are the engine's alone.
 func trailerKeys(sent, final http.Header) []string {
 	var keys []string
 	for _, v := range sent["Trailer"] {
 		for k := range strings.SplitSeq(v, ",") {
-			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" {
+			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" && !envelopeKey(k) {
 				if _, ok := final[k]; ok {
 					keys = append(keys, k)
 				}
@@ -189,11 +191,48 @@ func trailerKeys(sent, final http.Header) []string {
 		}
 	}
 	for k := range final {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && !envelopeKey(name) {
 			keys = append(keys, k)
 		}
 	}
 	return keys
+}
+
+// envelopeKey reports whether name is one of the envelope's headers.
+func envelopeKey(name string) bool {
+	return strings.EqualFold(name, middleware.HeaderExecutionID) ||
+		strings.EqualFold(name, middleware.HeaderAttempts) ||
+		strings.EqualFold(name, middleware.HeaderApprovalID)
+}
+
+// undeclareEnvelope removes the envelope's headers from the trailers h
+// declares: net/http would send a declared trailer's value at the end of
+// the body, and the envelope's ids belong in the headers, set by the engine.
+func undeclareEnvelope(h http.Header) {
+	declared, ok := h["Trailer"]
+	if !ok {
+		return
+	}
+	var kept []string
+	dropped := false
+	for _, v := range declared {
+		for k := range strings.SplitSeq(v, ",") {
+			switch k = strings.TrimSpace(k); {
+			case envelopeKey(k):
+				dropped = true
+			case k != "":
+				kept = append(kept, k)
+			}
+		}
+	}
+	switch {
+	case !dropped:
+		return
+	case len(kept) == 0:
+		delete(h, "Trailer")
+	default:
+		h["Trailer"] = []string{strings.Join(kept, ", ")}
+	}
 }
 
 // bodyAllowed reports whether a response with status may have a body

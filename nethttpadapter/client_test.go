@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -168,4 +169,60 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 		t.Errorf("keys at an unlisted host %q, want one call without a key", got)
 	}
 	h.final()
+}
+
+// The key the transport sets never follows a redirect off the list: Go's
+// http.Client builds each redirected request from the caller's headers and
+// sends it through the transport again, which decides per round trip. A
+// redirect to an unlisted host carries no key, one to a listed host does.
+func TestIdempotencyKeyTransportDoesNotFollowARedirectToAnUnlistedHost(t *testing.T) {
+	t.Parallel()
+	listed, unlisted := &keyRecorder{}, &keyRecorder{}
+	listedSrv, unlistedSrv := httptestServer(t, listed), httptestServer(t, unlisted)
+	redirect := func(rec *keyRecorder, to string) *httptest.Server {
+		return httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec.ServeHTTP(w, r)
+			http.Redirect(w, r, to+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		}))
+	}
+	toUnlisted, toListed := &keyRecorder{}, &keyRecorder{}
+	toUnlistedSrv, toListedSrv := redirect(toUnlisted, unlistedSrv.URL), redirect(toListed, listedSrv.URL)
+	host := func(s string) string { u, _ := url.Parse(s); return u.Host }
+	client := &http.Client{Transport: nethttpadapter.IdempotencyKeyTransport(nil, host(toUnlistedSrv.URL), host(toListedSrv.URL), host(listedSrv.URL))}
+
+	eng, err := middleware.New(middleware.NewRegistry().Register("relay", read(middleware.Capability{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	_, _, err = eng.Execute(t.Context(), middleware.Call{Procedure: "relay"}, func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		key = x.IdempotencyKey
+		for _, target := range []string{toUnlistedSrv.URL, toListedSrv.URL} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/charge", strings.NewReader(`{"amount":42}`))
+			resp, err := client.Do(req)
+			if err != nil {
+				return nil, err
+			}
+			resp.Body.Close()
+		}
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		where string
+		rec   *keyRecorder
+		want  string
+	}{
+		{"the listed host that redirects off the list", toUnlisted, key},
+		{"the unlisted host it redirects to", unlisted, ""},
+		{"the listed host that redirects to another listed host", toListed, key},
+		{"that listed host", listed, key},
+	} {
+		if got := c.rec.got(); len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s got keys %q, want [%q]", c.where, got, c.want)
+		}
+	}
 }

@@ -17,7 +17,12 @@
 //	reg.Register("POST /refunds", ...)
 //	http.ListenAndServe(addr, nethttpadapter.WrapMux(eng, mux))
 //
-// A route the engine does not govern is served untouched.
+// Wrap panics at start-up when the engine governs no capability of the
+// name it is given, so a typo cannot leave a route unprotected. WrapMux
+// serves a pattern the engine does not govern untouched (a mux may hold
+// ungoverned routes), and refuses a path the mux would redirect to a
+// governed pattern before anything runs: 400 INVALID_ARGUMENT naming the
+// canonical path (see [WrapMux]).
 //
 // # What happens to a governed request
 //
@@ -52,7 +57,7 @@
 //  5. Only the finalized attempt's status, headers, body and trailers reach
 //     the client, with the envelope's ids added as Agentsafe-Execution-Id,
 //     Agentsafe-Attempts and Agentsafe-Approval-Id headers (the handler
-//     cannot override them). That includes the handler's own 5xx response:
+//     cannot override them, nor send them as trailers). That includes the handler's own 5xx response:
 //     it passes through as written.
 //  6. Outcomes the engine decides (timeout, cancellation, approval, panic,
 //     refusals) are answered with the JSON envelope

@@ -25,6 +25,13 @@ import (
 // key: keys go only where the application says. Requests outside a governed
 // execution, and requests that already carry an Idempotency-Key, are sent
 // unchanged. The caller's request is never modified (it is cloned first).
+//
+// Redirects are decided per hop: http.Client sends each redirected request
+// through the transport again, built from the caller's headers, so the key
+// the transport sets reaches a redirect's target only if that host is
+// listed too. An Idempotency-Key the application set on the request itself
+// is one of the caller's headers, and http.Client copies it onto redirects
+// to any host.
 func IdempotencyKeyTransport(next http.RoundTripper, hosts ...string) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport

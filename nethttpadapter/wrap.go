@@ -7,17 +7,24 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"reflect"
 	"sync"
 
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // Wrap governs h as procedure: the name under which the engine's registry
-// (or a protobuf method option) holds its capability. A procedure the
-// engine does not govern gets h back untouched, so a route adopts agentsafe
-// by wrapping it and registering its capability, in either order; in strict
-// mode ([middleware.WithStrict]) an unknown procedure is refused with 404
-// CAPABILITY_NOT_FOUND instead.
+// (or a protobuf method option) holds its capability. The capability must be
+// registered before the engine is built ([middleware.New] reads the registry
+// once).
+//
+// Wrap panics at start-up if the engine governs no such procedure, in strict
+// mode ([middleware.WithStrict]) too, as [http.ServeMux.Handle] does for a
+// bad pattern: a typo in the name must not leave the route served without
+// its capability. Register the capability, or serve the handler without
+// Wrap. (Routes a [WrapMux] serves may be ungoverned: a mux holds ungoverned
+// routes too.)
 //
 // A capability with Streaming set runs in stream mode (see the package
 // documentation); every other governed route is buffered. Wrap panics if
@@ -26,20 +33,37 @@ func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Opti
 	if eng == nil || h == nil {
 		panic("nethttpadapter: Wrap needs an engine and a handler")
 	}
-	if !eng.Governs(procedure) {
-		return h
+	// Lookup, not Governs: in strict mode the engine "governs" every name,
+	// typos included, by refusing it at call time.
+	c, ok := eng.Lookup(procedure)
+	if !ok {
+		panic(fmt.Sprintf("nethttpadapter: Wrap(%q): the engine governs no procedure %q; register its capability in the registry given to middleware.New, or do not Wrap the handler", procedure, procedure))
 	}
-	c, _ := eng.Lookup(procedure)
 	return &route{eng: eng, procedure: procedure, h: h, cfg: newConfig(opts), stream: c.Streaming}
 }
 
 // WrapMux governs every route of mux whose pattern names a capability: the
 // procedure of a request is the pattern it matched, exactly as registered
 // (for example "POST /refunds/{id}"). Requests that match no pattern, or a
-// pattern the engine does not govern, go to mux untouched. It is the
-// one-line adoption for a whole ServeMux:
+// pattern the engine does not govern, go to mux untouched: a path no pattern
+// routes is the mux's own 404 (or 405), without an envelope. In strict mode
+// ([middleware.WithStrict]) a matched pattern without a capability is
+// refused instead, with 404 CAPABILITY_NOT_FOUND and a JSON envelope. It is
+// the one-line adoption for a whole ServeMux:
 //
 //	http.ListenAndServe(addr, nethttpadapter.WrapMux(eng, mux))
+//
+// WrapMux decides before the engine runs. A path the mux would redirect to
+// a governed pattern — an unclean path such as "//refund" or "/a/../refund",
+// or a subtree pattern's path without its trailing slash — is refused with
+// 400 and a JSON envelope (INVALID_ARGUMENT, the message names the
+// canonical path), as an execution that never ran ([middleware.Engine.Refuse]):
+// following the redirect is the caller's decision, and were the engine to
+// run, its one attempt would be the mux's redirect, the handler would not
+// run, and an approval would be spent on it. Nothing runs and nothing is
+// consumed; the same call at the canonical path proceeds as usual. A
+// redirect to an ungoverned pattern, and a governed route whose own handler
+// redirects, are served as the mux serves them.
 //
 // WrapMux panics if eng or mux is nil.
 func WrapMux(eng *middleware.Engine, mux *http.ServeMux, opts ...Option) http.Handler {
@@ -72,9 +96,18 @@ type muxRoute struct {
 }
 
 func (m *muxRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, pattern := m.mux.Handler(r)
+	if r.RequestURI == "*" {
+		// The mux answers "OPTIONS *" with 400 itself, without routing it.
+		m.mux.ServeHTTP(w, r)
+		return
+	}
+	h, pattern := m.mux.Handler(r)
 	if pattern == "" || !m.eng.Governs(pattern) {
 		m.mux.ServeHTTP(w, r)
+		return
+	}
+	if canonical, ok := m.redirect(h, r); ok {
+		refuseRedirect(m.eng, w, r, pattern, canonical)
 		return
 	}
 	// Each attempt is routed again by the mux, on its own request copy, so
@@ -84,6 +117,56 @@ func (m *muxRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	serveBuffered(m.eng, pattern, m.mux, &m.cfg, w, r)
+}
+
+// redirect reports whether h, what the mux's Handler returned for r, is the
+// redirect the mux makes itself for a path that is not canonical (unclean,
+// or a subtree pattern's missing trailing slash), and where it points. The
+// pattern Handler returns with such a redirect is the one that would match
+// after it: were the engine to run, its one "attempt" would be the mux's
+// 301/307, the handler would never run, and an approval would be spent.
+//
+// The mux makes a fresh http.RedirectHandler for each such lookup, while a
+// route registered with one returns the same handler every time; asking
+// twice tells them apart without guessing at the mux's rules. Running the
+// mux's redirect handler only writes the redirect into a recorder.
+func (m *muxRoute) redirect(h http.Handler, r *http.Request) (canonical string, ok bool) {
+	if reflect.TypeOf(h) != redirectHandlerType {
+		return "", false
+	}
+	if again, _ := m.mux.Handler(r); again == h {
+		return "", false
+	}
+	rec := &redirectRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	loc := rec.header.Get("Location")
+	if u, err := url.Parse(loc); err == nil {
+		return u.EscapedPath(), true
+	}
+	return loc, true
+}
+
+var redirectHandlerType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
+
+// redirectRecorder keeps the headers of the mux's redirect and discards the
+// rest. (Not httptest.ResponseRecorder: a library should not link test
+// support into the programs that import it.)
+type redirectRecorder struct{ header http.Header }
+
+func (r *redirectRecorder) Header() http.Header         { return r.header }
+func (r *redirectRecorder) Write(p []byte) (int, error) { return len(p), nil }
+func (r *redirectRecorder) WriteHeader(int)             {}
+
+// refuseRedirect answers a request the mux would redirect to a governed
+// pattern: INVALID_ARGUMENT, as an execution that never ran (an execution
+// id and an audit trail), naming the path to send the call to. Nothing
+// runs and no approval is consumed.
+func refuseRedirect(eng *middleware.Engine, w http.ResponseWriter, r *http.Request, procedure, canonical string) {
+	refusal := middleware.NewError(middleware.CodeInvalidArgument, fmt.Sprintf(
+		"the path %q is not canonical (the mux would redirect it, and a governed route does not follow redirects); send the call to %q",
+		r.URL.EscapedPath(), canonical))
+	env, _ := eng.Refuse(r.Context(), middleware.Call{Procedure: procedure, ApprovalID: r.Header.Get(middleware.HeaderApprovalID)}, refusal)
+	writeEnvelope(w, env, middleware.CodeInvalidArgument.HTTPStatus())
 }
 
 // serveBuffered runs one governed, buffered request: read the body once,
