@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -69,9 +71,11 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, cfg.storeProblems(merged)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	cfg.warn(merged)
 	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged)), undeclared: undeclared}
 	for proc, c := range merged {
 		e.caps[proc] = e.resolve(proc, c)
@@ -80,6 +84,48 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 		e.sinks = append(e.sinks, &guardedSink{sink: s, bound: cfg.sinkTimeout})
 	}
 	return e, nil
+}
+
+// storeProblems reports what needs an approval store on an engine without
+// one: it would fail every such call at run time.
+func (c *config) storeProblems(caps map[string]Capability) []error {
+	if c.store != nil {
+		return nil
+	}
+	var errs []error
+	if c.condition != nil {
+		errs = append(errs, errors.New("agentsafe: WithApprovalCondition needs an approval store: add WithApprovalStore (approvalstore.NewMemory for one process, approvalstore.NewRedis for many)"))
+	}
+	for _, proc := range slices.Sorted(maps.Keys(caps)) {
+		if caps[proc].Approval.Required {
+			errs = append(errs, &FieldError{proc, "engine", "Approval.Required", "needs an approval store, and the engine has none: add WithApprovalStore (approvalstore.NewMemory for one process, approvalstore.NewRedis for many)"})
+		}
+	}
+	return errs
+}
+
+// warn logs, once each, the configurations that are legal but risky.
+func (c *config) warn(caps map[string]Capability) {
+	if c.filesSet && c.files == nil {
+		c.logger.Warn("agentsafe: WithProtoFiles(nil): registry names of RPC procedures are not checked against any descriptor, so a misspelt one leaves its method ungoverned")
+	}
+	gated := c.condition != nil
+	var unaudited []string
+	for _, proc := range slices.Sorted(maps.Keys(caps)) {
+		gated = gated || caps[proc].Approval.Required
+		if caps[proc].SideEffect.WriteLike() && len(c.sinks) == 0 {
+			unaudited = append(unaudited, proc)
+		}
+	}
+	if l, ok := c.store.(interface{ ProcessLocal() bool }); gated && ok && l.ProcessLocal() {
+		c.logger.Warn("agentsafe: approvals are kept in this process only (the memory store): a restart loses them and other instances never see them; use approvalstore.NewRedis to share them")
+	}
+	if len(unaudited) > 0 {
+		c.logger.Warn("agentsafe: write-like capabilities have no event sink, so their executions leave no audit trail (WithEventSink)", "count", len(unaudited), "first", unaudited[0])
+	}
+	if (len(c.sinks) > 0 || c.tracer != nil) && len(c.digestKey) == 0 {
+		c.logger.Warn("agentsafe: events carry the plain input digest, which can be guessed back for small inputs; set a deployment key with WithDigestKey")
+	}
 }
 
 func (e *Engine) resolve(proc string, c Capability) *capability {

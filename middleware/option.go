@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -39,6 +40,7 @@ type config struct {
 	files          *protoregistry.Files
 	filesSet       bool
 	problems       []string
+	logger         *slog.Logger
 }
 
 func defaultConfig() config {
@@ -52,7 +54,20 @@ func defaultConfig() config {
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
 		now:            time.Now,
+		logger:         slog.Default(),
 	}
+}
+
+// WithLogger sets where the engine logs what no caller sees: the start-up
+// warnings about legal but risky configurations (each once), and later
+// trouble such as dropped events. The default is slog.Default() as of
+// [New]; nil keeps it.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
 }
 
 func (c *config) positive(name string, d time.Duration) bool {
@@ -209,8 +224,9 @@ func WithDigestKey(key []byte) Option {
 }
 
 // WithApprovalStore sets where approvals live (see package approvalstore:
-// an in-memory store for one process, Redis for many). Without a store, a
-// call that needs an approval fails closed with CodeApprovalUnavailable.
+// an in-memory store for one process, Redis for many). Without a store,
+// [New] refuses capabilities that require an approval and
+// [WithApprovalCondition].
 func WithApprovalStore(s ApprovalStore) Option {
 	return optionFunc(func(c *config) { c.store = s })
 }

@@ -13,8 +13,10 @@ import (
 )
 
 // WithProtoFiles makes the engine read method options from files instead of
-// protoregistry.GlobalFiles. Nil turns option scanning off, leaving only the
-// registry.
+// protoregistry.GlobalFiles; registry entries with RPC names must name
+// methods of files. Nil turns option scanning off, leaving only the
+// registry, and with it the check that RPC names exist (logged once as a
+// warning at start-up).
 func WithProtoFiles(files *protoregistry.Files) Option {
 	return optionFunc(func(c *config) { c.files, c.filesSet = files, true })
 }
@@ -79,10 +81,11 @@ func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 type scanned struct {
 	entries  []registryEntry // methods carrying the option
 	problems []*FieldError
-	// streaming names every streaming method, with or without the option,
-	// so a registry entry for one is known to stream too; noSideEffects
-	// every method declaring idempotency_level = NO_SIDE_EFFECTS.
-	streaming, noSideEffects map[string]bool
+	// methods names every method of the files; streaming every streaming
+	// method, with or without the option, so a registry entry for one is
+	// known to stream too; noSideEffects every method declaring
+	// idempotency_level = NO_SIDE_EFFECTS.
+	methods, streaming, noSideEffects map[string]bool
 }
 
 // scanOptions collects the capability of every method in files that carries
@@ -92,13 +95,14 @@ func scanOptions(files *protoregistry.Files) scanned {
 	if files == nil {
 		return s
 	}
-	s.streaming, s.noSideEffects = make(map[string]bool), make(map[string]bool)
+	s.methods, s.streaming, s.noSideEffects = make(map[string]bool), make(map[string]bool), make(map[string]bool)
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		services := fd.Services()
 		for i := range services.Len() {
 			methods := services.Get(i).Methods()
 			for j := range methods.Len() {
 				md := methods.Get(j)
+				s.methods[Procedure(md)] = true
 				if md.IsStreamingClient() || md.IsStreamingServer() {
 					s.streaming[Procedure(md)] = true
 				}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -29,7 +30,11 @@ func NewRegistry() *Registry { return &Registry{} }
 
 // Register adds the capability of procedure and returns r, so registrations
 // chain. Procedure names are "/package.Service/Method" for RPC frameworks
-// and any name the application chooses for net/http routes.
+// (a name of that shape must name a method of the descriptors the engine
+// knows, leading slash included: [New] refuses a typo rather than leave the
+// method ungoverned) and any other name the application chooses for
+// net/http routes. The registry is read once, by New: registering after
+// that has no effect on the engine.
 func (r *Registry) Register(procedure string, c Capability) *Registry {
 	r.entries = append(r.entries, registryEntry{procedure, c})
 	return r
@@ -77,7 +82,8 @@ func (v *ValidationError) Unwrap() []error {
 // FieldError is one problem with one field of one procedure's capability.
 type FieldError struct {
 	Procedure string
-	// Source says where the capability came from: "registry" or "option".
+	// Source says where the capability came from: "registry" or "option";
+	// "engine" for what the engine's configuration lacks for it.
 	Source  string
 	Field   string
 	Problem string
@@ -125,6 +131,30 @@ func validate(procedure, source string, c Capability, problems []*FieldError) []
 	return problems
 }
 
+// rpcName matches the procedure names of RPC frameworks, with or without
+// their leading slash; every other name is a net/http route name.
+var rpcName = regexp.MustCompile(`^/?[A-Za-z_]\w*(\.[A-Za-z_]\w*)+/[A-Za-z_]\w*$`)
+
+// checkName reports a registry name that looks like an RPC name but could
+// never match a call: a typo must never leave a method ungoverned. With
+// known == nil (WithProtoFiles(nil)) existence is not checked.
+func checkName(procedure string, known map[string]bool, problems []*FieldError) []*FieldError {
+	if !rpcName.MatchString(procedure) {
+		return problems
+	}
+	add := func(format string, args ...any) {
+		problems = append(problems, &FieldError{procedure, "registry", "Procedure", fmt.Sprintf(format, args...)})
+	}
+	if !strings.HasPrefix(procedure, "/") {
+		add("an RPC procedure name starts with a slash: register %q", "/"+procedure)
+		return problems
+	}
+	if known != nil && !known[procedure] {
+		add("names no method of the protobuf descriptors the engine knows: check the spelling, link the service's generated package, or pass its files with WithProtoFiles")
+	}
+	return problems
+}
+
 // buildCapabilities validates the option capabilities and the registry and
 // merges them, the registry winning. It reports every problem at once.
 func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, error) {
@@ -142,6 +172,7 @@ func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, err
 				continue
 			}
 			seen[e.procedure] = true
+			problems = checkName(e.procedure, found.methods, problems)
 			c := e.cap
 			if found.streaming[e.procedure] {
 				c.Streaming = true // the descriptor knows; a Go value cannot say "unset"
