@@ -27,33 +27,19 @@ const storeTimeout = 5 * time.Second
 // consumes an approval, before the record may be reported in_doubt.
 const leaseGrace = time.Minute
 
-// gate is stage 3, the approval gate. Calls that need no approval pass; a
-// gated call without an approval id requests one and runs nothing; a gated
-// call with one consumes it atomically before any attempt.
-func (x *execution) gate() *Error {
-	required, reason, err := x.approvalRequired()
-	if err != nil {
-		return err
-	}
-	if !required {
-		return nil
-	}
+// gate is stage 3, the approval gate, for a call that needs an approval
+// (for reason): without an approval id it requests one and runs nothing;
+// with one it consumes it atomically before any attempt.
+func (x *execution) gate(reason string) *Error {
 	store := x.e.cfg.store
-	if store == nil {
+	if store == nil { // New refuses this; never trust that it ran
 		return &Error{Code: CodeApprovalUnavailable, Message: "approval required, but this engine has no approval store (WithApprovalStore)", Retryable: true}
 	}
 	if x.actor.ID == "" {
 		return &Error{Code: CodeUnauthenticated, Message: "approval required, and the caller has no authenticated identity"}
 	}
-	if x.call.Input == nil {
+	if x.digest == "" { // bind computed it for every input that binds
 		return &Error{Code: CodeInvalidArgument, Message: "approval required, and the call has no input to bind the approval to"}
-	}
-	if x.digest == "" { // not yet computed for events
-		digest, err := x.call.Input.digest(x.call.Procedure)
-		if err != nil {
-			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
-		}
-		x.digest, x.eventDigest = digest, x.e.keyedDigest(digest)
 	}
 	if x.call.ApprovalID == "" {
 		return x.requestApproval(store, reason)
@@ -125,7 +111,7 @@ func (x *execution) approvalView() (string, error) {
 func (x *execution) consumeApproval(store ApprovalStore) *Error {
 	id := x.call.ApprovalID
 	x.approvalID = id
-	got, err := store.Consume(x.ctx, id, ConsumeRequest{
+	req := ConsumeRequest{
 		Audience:    x.e.cfg.audience,
 		Procedure:   x.call.Procedure,
 		Type:        x.cap.Approval.Type,
@@ -134,7 +120,8 @@ func (x *execution) consumeApproval(store ApprovalStore) *Error {
 		Digest:      x.digest,
 		ExecutionID: x.id,
 		Lease:       x.cap.lease,
-	})
+	}
+	got, err := x.consume(store, id, req)
 	if err != nil {
 		e := x.storeError(err)
 		x.emit(Event{Type: EventApprovalDenied, ApprovalID: id, Code: e.Code, Reason: e.Message})
@@ -147,6 +134,58 @@ func (x *execution) consumeApproval(store ApprovalStore) *Error {
 	x.approval = &got
 	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: got.Approver.Ref(), Comment: got.Comment})
 	return nil
+}
+
+// consumeRetries are the waits before the engine re-issues a Consume whose
+// reply was lost or whose store failed mid-call: at most three tries.
+var consumeRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millisecond}
+
+// consume calls the store's Consume, re-issuing it for the same execution
+// (Consume is idempotent per execution) when the store failed rather than
+// decided, within the caller's deadline. If every try failed, the approval
+// may have been consumed by a try whose reply was lost: it is released in
+// the background, which is a no-op unless this execution consumed it, so a
+// lost reply never spends an approval.
+func (x *execution) consume(store ApprovalStore, id string, req ConsumeRequest) (ConsumedApproval, error) {
+	for try := 0; ; try++ {
+		got, err := store.Consume(x.ctx, id, req)
+		if err == nil || ApprovalCode(err) != CodeApprovalUnavailable || x.ctx.Err() != nil {
+			return got, err
+		}
+		if try == len(consumeRetries) || !x.sleepWithin(consumeRetries[try]) {
+			x.e.release(x.ctx, id, x.id)
+			return got, err
+		}
+	}
+}
+
+// sleepWithin waits d unless the caller leaves first or its deadline would
+// pass; it reports whether it waited.
+func (x *execution) sleepWithin(d time.Duration) bool {
+	if deadline, ok := x.ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-x.ctx.Done():
+		return false
+	}
+}
+
+// release gives an approval back when the engine knows nothing ran on its
+// consumption. It runs in the background, outside the caller's context,
+// bounded; a failure leaves the record to read in_doubt after its lease:
+// visible, not silent.
+func (e *Engine) release(ctx context.Context, id, executionID string) {
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		_ = e.cfg.store.Release(ctx, id, executionID)
+	}()
 }
 
 // approvalMessages says what each refusal means to the caller.
@@ -175,15 +214,47 @@ func (x *execution) storeError(err error) *Error {
 }
 
 // recordOutcome writes the consuming execution's outcome into the record,
-// even when the caller has left. A failure leaves the record to turn
-// in_doubt after its lease, which List and Get report: visible, not silent.
+// even when the caller has left. An execution that left its last attempt
+// running records in_doubt ("it may have run"), never failed: that attempt
+// records its own result when it returns (recordLate), and one that has
+// already returned is recorded with its own result, late. A failure leaves
+// the record to turn in_doubt after its lease, which List and Get report:
+// visible, not silent.
 func (x *execution) recordOutcome(code Code) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
-	defer cancel()
-	o := Outcome{Status: ApprovalCompleted, Code: code}
+	x.mu.Lock()
+	x.final = true // from here on, a late attempt records itself
+	last := x.last
+	left := last != nil && last.abandoned
+	late, returned := Code(0), false
+	if left {
+		late, returned = last.late, last.returnedLate
+	}
+	x.mu.Unlock()
+	switch {
+	case left && returned:
+		x.recordLate(late)
+	case left:
+		x.storeOutcome(Outcome{Status: ApprovalInDoubt, Code: code})
+	case code == CodeOK:
+		x.storeOutcome(Outcome{Status: ApprovalCompleted, Code: code})
+	default:
+		x.storeOutcome(Outcome{Status: ApprovalFailed, Code: code})
+	}
+}
+
+// recordLate records the result of an abandoned attempt of an execution
+// that consumed an approval, once it returns: it replaces in_doubt.
+func (x *execution) recordLate(code Code) {
+	o := Outcome{Status: ApprovalCompleted, Code: code, Late: true}
 	if code != CodeOK {
 		o.Status = ApprovalFailed
 	}
+	x.storeOutcome(o)
+}
+
+func (x *execution) storeOutcome(o Outcome) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
+	defer cancel()
 	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, o)
 }
 

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/internal/seam"
 	retry "github.com/sethvargo/go-retry"
 )
 
@@ -60,10 +62,18 @@ func (e *Engine) Execute(ctx context.Context, call Call, fn AttemptFunc) (any, E
 	}
 	x := e.open(ctx, call, c, false)
 	if !ok {
+		x.requested()
 		return x.finish(nil, e.notFound(call.Procedure))
 	}
 	if err := x.admit(); err != nil {
 		return x.finish(nil, err)
+	}
+	if x.consumed && x.ctx.Err() != nil {
+		// The caller left between the consumption and the first attempt:
+		// nothing ran, so the approval is given back.
+		x.consumed = false
+		x.e.release(x.ctx, x.approvalID, x.id)
+		return x.finish(nil, x.cancelled())
 	}
 	x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})
 	v, env, err := x.finish(x.loop(fn))
@@ -98,7 +108,9 @@ func (e *Engine) Refuse(ctx context.Context, call Call, err *Error) (Envelope, e
 		c = &capability{procedure: call.Procedure}
 	}
 	call.Input = nil // nothing was read to bind
-	_, env, ferr := e.open(ctx, call, c, false).finish(nil, err)
+	x := e.open(ctx, call, c, false)
+	x.requested()
+	_, env, ferr := x.finish(nil, err)
 	return env, ferr
 }
 
@@ -133,10 +145,17 @@ type execution struct {
 	approvalID     string
 	approval       *ConsumedApproval
 	consumed       bool           // an approval was consumed: its outcome is recorded
+	streaming      bool
 	endTrace       func(Envelope) // the tracer's, or nil
 	start          time.Time
 	attempts       int
 	finalized      atomic.Bool
+	// mu guards final and last: whether finish has run, and the latest
+	// attempt, so that an attempt left running at finalization records its
+	// own result in the approval record exactly once.
+	mu    sync.Mutex
+	final bool
+	last  *attempt
 	// emitting admits one sink delivery at a time per execution, in order.
 	// A channel, not a sync.Mutex: a goroutine waiting on a channel is
 	// durably blocked for testing/synctest, one waiting on a mutex is not.
@@ -144,10 +163,10 @@ type execution struct {
 	first    attempt // attempt 1 lives here: one allocation less
 }
 
-// open is stage 2: ids, the actor, the digest when someone will read it,
-// the tracer's context, and the requested event.
+// open starts stage 2: the execution's ids and its actor. Nothing is
+// emitted yet: admit decides when the trail starts.
 func (e *Engine) open(ctx context.Context, call Call, c *capability, streaming bool) *execution {
-	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now()}
+	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
 	if e.cfg.newID == nil {
 		x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
 	} else {
@@ -156,30 +175,48 @@ func (e *Engine) open(ctx context.Context, call Call, c *capability, streaming b
 	if f := e.cfg.actor; f != nil {
 		x.actor, x.actorErr = f(ctx)
 	}
-	if (len(e.sinks) > 0 || e.cfg.tracer != nil) && call.Input != nil {
-		if d, err := call.Input.digest(call.Procedure); err == nil {
-			x.digest = d
-			x.eventDigest = e.keyedDigest(d)
-		}
-	}
-	x.startTracing(streaming)
 	if len(e.sinks) > 0 {
-		x.sinkCtx = context.WithoutCancel(x.ctx)
 		x.emitting = make(chan struct{}, 1)
 	}
-	x.emit(Event{Type: EventRequested})
 	return x
 }
 
-// admit runs the checks between opening and the first attempt: a caller
-// already gone, the approval header, the actor, the abandoned-attempt cap
-// and the approval gate. Nothing has run when it refuses.
+// admit runs the rest of stage 2, then the approval gate (stage 3). In
+// order: a caller already gone; the cheap checks (the approval header, the
+// actor, the abandoned-attempt cap); binding the input, only when
+// something needs its digest; capability.requested (with the digest, or
+// without it at a refusal before the binding); the approval condition,
+// which may read the input only once it is known to bind; the gate.
+// Nothing has run when it refuses.
 func (x *execution) admit() *Error {
 	if x.ctx.Err() != nil {
+		x.requested()
 		return x.cancelled()
 	}
+	if err := x.cheapChecks(); err != nil {
+		x.requested()
+		return err
+	}
+	if err := x.bind(); err != nil {
+		x.requested()
+		return err
+	}
+	x.requested()
+	required, reason, err := x.approvalRequired()
+	if err != nil {
+		return err
+	}
+	if !required {
+		return nil
+	}
+	// Last: an approval consumed here must be followed by an attempt.
+	return x.gate(reason)
+}
+
+// cheapChecks is stage 2a: what costs nothing to refuse.
+func (x *execution) cheapChecks() *Error {
 	if x.call.ApprovalID != "" && !ValidApprovalID(x.call.ApprovalID) {
-		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed Agentsafe-Approval-Id header: want \"apr_\" and 32 lowercase hex digits, got %d characters", len(x.call.ApprovalID))}
+		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", HeaderApprovalID, len(x.call.ApprovalID))}
 	}
 	if x.actorErr != nil {
 		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: x.actorErr}
@@ -187,8 +224,37 @@ func (x *execution) admit() *Error {
 	if x.cap.abandoned.Load() >= int64(x.e.cfg.maxAbandoned) {
 		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.call.Procedure)}
 	}
-	// Last: an approval consumed here must be followed by an attempt.
-	return x.gate()
+	return nil
+}
+
+// bind is stage 2b: the I-JSON check and the input digest, computed only
+// when something needs them. An input that cannot be bound is refused when
+// the call's safety depends on it (an approval, or a condition that reads
+// the input); for events alone it is just left without a digest.
+func (x *execution) bind() *Error {
+	strict := x.cap.Approval.Required || x.e.cfg.condition != nil
+	if x.call.Input == nil || x.streaming || !(strict || len(x.e.sinks) > 0 || x.e.cfg.tracer != nil) {
+		return nil
+	}
+	d, err := x.call.Input.digest(x.call.Procedure)
+	if err != nil {
+		if strict {
+			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
+		}
+		return nil
+	}
+	x.digest, x.eventDigest = d, x.e.keyedDigest(d)
+	return nil
+}
+
+// requested starts the execution's trail and its trace, once the digest is
+// known (or known not to come).
+func (x *execution) requested() {
+	x.startTracing(x.streaming)
+	if len(x.e.sinks) > 0 {
+		x.sinkCtx = context.WithoutCancel(x.ctx)
+	}
+	x.emit(Event{Type: EventRequested})
 }
 
 // loop is stage 5, the only stage that retries.
@@ -325,6 +391,10 @@ type attempt struct {
 	state     atomic.Int32
 	res       chan attemptResult
 	abandoned bool                 // set by the Execute goroutine only
+	// late is an abandoned attempt's own result, once it returned late
+	// (returnedLate); guarded by the execution's mu.
+	late         Code
+	returnedLate bool
 	endTrace  func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
 }
 
@@ -360,6 +430,9 @@ func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
 	a.Context, a.cancel = context.WithTimeoutCause(x.attemptParent(a), x.cap.timeout, errAttemptTimeout)
 	a.res = make(chan attemptResult, 1)
 	x.attempts = n
+	x.mu.Lock()
+	x.last = a
+	x.mu.Unlock()
 	go a.run(fn)
 	return a
 }
@@ -385,6 +458,12 @@ func (a *attempt) run(fn AttemptFunc) {
 
 func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 	x.cap.abandoned.Add(-1)
+	if errors.Is(r.err, seam.ErrNoResponse) {
+		r.err = nil // late, an implicit success is a success: it may have had an effect
+	}
+	if x.consumed {
+		x.lateReturn(a, x.lateCode(a, r))
+	}
 	if r.panic == nil && isContextError(r.err) {
 		return // it stopped because its context ended: nothing landed late that it knows of
 	}
@@ -393,6 +472,32 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 		ev.Error = x.e.redact(r.err)
 	}
 	x.emit(ev)
+}
+
+// lateCode is the code an abandoned attempt's own result stands for.
+func (x *execution) lateCode(a *attempt, r attemptResult) Code {
+	switch {
+	case r.panic != nil:
+		return CodeExecutionFailed
+	case r.err == nil:
+		return CodeOK
+	case isContextError(r.err):
+		return x.contextError(a).Code
+	}
+	return CodeOf(r.err)
+}
+
+// lateReturn hands an abandoned attempt's result to the approval record:
+// recorded now if the execution has finalized with this attempt left
+// running (its record says in_doubt), else kept for finish to record.
+func (x *execution) lateReturn(a *attempt, code Code) {
+	x.mu.Lock()
+	a.late, a.returnedLate = code, true
+	record := x.final && x.last == a
+	x.mu.Unlock()
+	if record {
+		x.recordLate(code)
+	}
 }
 
 // await returns when the attempt returns or its context ends, whichever is
@@ -430,6 +535,11 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 		return nil, &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Cause: r.panic}
 	case r.err == nil:
 		return r.v, nil
+	case errors.Is(r.err, seam.ErrNoResponse):
+		if ctxEnded {
+			return nil, x.contextError(a) // it gave up when told to
+		}
+		return r.v, nil // an implicit success
 	case ctxEnded && isContextError(r.err):
 		return nil, x.contextError(a) // the handler honoured its context
 	}
@@ -498,10 +608,11 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 }
 
 // callerRetryable narrows a runtime-retryable error to "safe for the caller
-// to re-invoke": a re-invocation runs under a new idempotency key, so only
-// reads and declared-idempotent capabilities qualify.
+// to re-invoke": a re-invocation runs under a new idempotency key, so it is
+// safe when nothing ran yet, or for reads and declared-idempotent
+// capabilities.
 func (x *execution) callerRetryable(err *Error) bool {
-	return err.Retryable && (!x.cap.SideEffect.WriteLike() || x.cap.Idempotent)
+	return err.Retryable && (x.attempts == 0 || !x.cap.SideEffect.WriteLike() || x.cap.Idempotent)
 }
 
 func (x *execution) finalEvent(env Envelope, err *Error) Event {

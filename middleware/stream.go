@@ -37,9 +37,11 @@ func (e *Engine) ExecuteStream(ctx context.Context, call Call, fn StreamFunc) (E
 
 func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
 	if !governed {
+		x.requested()
 		return x.e.notFound(x.call.Procedure)
 	}
 	if x.cap.Approval.Required {
+		x.requested()
 		// Validation refuses this for procedures known to stream; a registry
 		// entry the engine could not check still fails closed.
 		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.call.Procedure}

@@ -74,3 +74,33 @@ func TestAttemptTimeoutOnAFakeClock(t *testing.T) {
 		}
 	})
 }
+
+// A handler that ignores its context and returns late without writing has
+// succeeded, as net/http's implicit 200 says: the effect may have landed
+// after the caller was told TIMEOUT, so capability.abandoned_result reports
+// it — while one that gives up on time without writing ends TIMEOUT.
+func TestALateHandlerThatWroteNothingSucceededLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &middleware.EventRecorder{}
+		cap := middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second}
+		eng, err := middleware.New(middleware.NewRegistry().Register("refund", cap), middleware.WithEventSink(rec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := nethttpadapter.Wrap(eng, "refund", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(2 * time.Second) // ignores its context, then returns: an implicit 200
+		}))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", nil))
+		if w.Code != http.StatusGatewayTimeout {
+			t.Fatalf("status %d, want 504 at the deadline", w.Code)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		evs := rec.Events()
+		last := evs[len(evs)-1]
+		if last.Type != middleware.EventAbandonedResult || !last.Succeeded {
+			t.Fatalf("last event %s (succeeded %t), want a succeeded capability.abandoned_result", last.Type, last.Succeeded)
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/agentsafe/agentsafe/internal/seam"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -231,9 +232,13 @@ func (x *exchange) attempt(ctx context.Context) (any, error) {
 	switch {
 	case overflow:
 		return nil, aw.tooLarge()
-	case ctx.Err() != nil && (!wrote || status >= 500):
+	case !wrote:
+		// An implicit 200: a success, unless the handler gave up because
+		// its context ended, which the engine tells apart.
+		return aw, seam.ErrNoResponse
+	case ctx.Err() != nil && status >= 500:
 		// The handler gave up because its context ended: that is the
-		// outcome (TIMEOUT or CANCELLED), not an empty 200 or its 5xx.
+		// outcome (TIMEOUT or CANCELLED), not its 5xx.
 		return nil, ctx.Err()
 	case status >= 500:
 		err := error(&StatusError{Status: status})
