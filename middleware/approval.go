@@ -263,9 +263,11 @@ var (
 	// ErrNotPending: a decision on a record that is no longer pending.
 	ErrNotPending = errors.New("agentsafe: approval is not pending")
 	// ErrSelfApproval: the approver is the requester, in its delegation
-	// chain, or in another tenant.
+	// chain, or acts on behalf of either (or, under a quorum, has voted
+	// already, directly or through delegation).
 	ErrSelfApproval = errors.New("agentsafe: approver may not decide their own request")
-	// ErrApproverNotAllowed: the store's approver policy refused.
+	// ErrApproverNotAllowed: the approver has no id, is in another tenant,
+	// or the store's approver policy refused.
 	ErrApproverNotAllowed = errors.New("agentsafe: approver not allowed to decide this approval")
 	// ErrTooManyPending: the requester has too many pending approvals.
 	ErrTooManyPending = errors.New("agentsafe: too many pending approvals for this actor")

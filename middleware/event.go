@@ -9,7 +9,11 @@ import (
 type EventType string
 
 // The event types. Every execution emits EventRequested first and exactly one
-// of EventCompleted, EventFailed or EventCancelled last.
+// of EventCompleted, EventFailed or EventCancelled as its final event (an
+// EventAbandonedResult may follow it, when an attempt left running returns).
+// EventApproved and EventRejected are not part of an execution's run: they
+// are emitted by [Engine.Decide] and carry the ExecutionID of the execution
+// that requested the approval.
 const (
 	EventRequested         EventType = "capability.requested"
 	EventApprovalRequested EventType = "capability.approval_requested"
