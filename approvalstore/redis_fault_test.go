@@ -20,12 +20,12 @@ type countingStore struct {
 	consumed sync.Map // execution id → approval id
 }
 
-func (c *countingStore) Consume(ctx context.Context, id string, req middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
-	rec, err := c.ApprovalStore.Consume(ctx, id, req)
+func (c *countingStore) Consume(ctx context.Context, id string, req middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
+	got, err := c.ApprovalStore.Consume(ctx, id, req)
 	if err == nil {
 		c.consumed.Store(req.ExecutionID, id)
 	}
-	return rec, err
+	return got, err
 }
 
 // quickClient is a client that gives up on a dead server quickly: one dial
@@ -185,17 +185,19 @@ func TestRedisStoreErrorsAreNotDecisions(t *testing.T) {
 	wantUnavailable(t, "Create", err)
 	_, err = s.Get(ctx, rec.ID)
 	wantUnavailable(t, "Get", err)
-	_, err = s.Decide(ctx, rec.ID, middleware.Decision{Approve: true, Approver: manager})
+	_, _, err = s.Decide(ctx, rec.ID, decision(true, manager))
 	wantUnavailable(t, "Decide", err)
 	_, err = s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA))
 	wantUnavailable(t, "Consume", err)
-	wantUnavailable(t, "RecordOutcome", s.RecordOutcome(ctx, rec.ID, "exe_a", middleware.CodeOK))
-	_, err = s.List(ctx, middleware.ApprovalFilter{})
+	wantUnavailable(t, "Release", s.Release(ctx, rec.ID, "exe_a"))
+	wantUnavailable(t, "RecordOutcome", s.RecordOutcome(ctx, rec.ID, "exe_a", completed))
+	_, err = s.List(ctx, middleware.ApprovalFilter{Audience: "orders", Tenant: "acme"})
 	wantUnavailable(t, "List", err)
 }
 
 // TestRedisWait: WithWait refuses a consumption too few replicas
-// acknowledged; the engine then runs nothing.
+// acknowledged and gives it back; the engine then runs nothing, and the
+// approval is not spent.
 func TestRedisWait(t *testing.T) {
 	ctx := t.Context()
 	srv := redistest.Start(t)
@@ -205,9 +207,8 @@ func TestRedisWait(t *testing.T) {
 	rec := approve(t, ctx, s, digestA)
 	_, err := s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA))
 	wantUnavailable(t, "a consumption no replica acknowledged", err)
-	// Nothing ran on it, and the record says so: failed, not in_doubt.
-	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != middleware.ApprovalFailed || got.Outcome != middleware.CodeApprovalUnavailable {
-		t.Errorf("after a WAIT shortfall the record must read failed with APPROVAL_UNAVAILABLE: %+v, %v", got, err)
+	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != middleware.ApprovalApproved || got.ConsumedBy != "" {
+		t.Errorf("after a WAIT shortfall the approval must be given back, approved and unconsumed: %+v, %v", got, err)
 	}
 
 	eng := newEngine(t, s)
@@ -219,6 +220,9 @@ func TestRedisWait(t *testing.T) {
 	})
 	if code := middleware.CodeOf(err); code != middleware.CodeApprovalUnavailable {
 		t.Errorf("the engine must answer APPROVAL_UNAVAILABLE, got %v", err)
+	}
+	if got, _ := s.Get(ctx, id); got.Status != middleware.ApprovalApproved {
+		t.Errorf("the approval must not be spent by a shortfall: it reads %s", got.Status)
 	}
 
 	off := openRedis(t, rdb, approvalstore.WithWait(0, 50*time.Millisecond))

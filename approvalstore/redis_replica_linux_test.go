@@ -17,15 +17,17 @@ import (
 )
 
 // TestRedisWaitWithReplica: with a replica attached, WAIT 1 succeeds and
-// the replica has the consumption.
+// the replica has the consumption, also when Redis has lost the scripts
+// (the pipelined consume handles NOSCRIPT itself).
 func TestRedisWaitWithReplica(t *testing.T) {
 	ctx := t.Context()
 	srv := redistest.Start(t)
 	if srv.Kind() != redistest.RedisServer {
 		t.Skip("miniredis has no replicas")
 	}
+	rdb := srv.Client()
 	replica := startReplica(t, srv.Addr())
-	s := openRedis(t, srv.Client(), approvalstore.WithWait(1, time.Second))
+	s := openRedis(t, rdb, approvalstore.WithWait(1, time.Second))
 	rec := approve(t, ctx, s, digestA)
 	if _, err := s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA)); err != nil {
 		t.Fatalf("a consumption the replica acknowledged: %v", err)
@@ -36,6 +38,17 @@ func TestRedisWaitWithReplica(t *testing.T) {
 	// A repeat by the same execution (a lost reply) waits for the replica too.
 	if _, err := s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA)); err != nil {
 		t.Errorf("a repeated consumption: %v", err)
+	}
+
+	other := approve(t, ctx, s, "sha256:"+strings.Repeat("b", 64))
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Consume(ctx, other.ID, consumeReq("exe_b", "sha256:"+strings.Repeat("b", 64))); err != nil {
+		t.Errorf("consume with WAIT after SCRIPT FLUSH: %v", err)
+	}
+	if by := replica.HGet(ctx, approvalstore.RecordKey(s, other.ID), "consumed_by").Val(); by != "exe_b" {
+		t.Errorf("after SCRIPT FLUSH the script must have run and reached the replica: consumed_by=%q", by)
 	}
 }
 
