@@ -58,7 +58,8 @@
 //     the given number of replicas acknowledge it, or the store gives the
 //     consumption back and the engine answers APPROVAL_UNAVAILABLE and
 //     runs nothing (the approval stays approved: the caller may try
-//     again). Set min-replicas-to-write and
+//     again). NewRedis refuses WithWait(n) when a master has fewer than n
+//     replicas connected. Set min-replicas-to-write and
 //     min-replicas-max-lag on the primary so that it refuses writes when
 //     its replicas are gone. WAIT is not consensus: a failover may still
 //     promote a replica that did not acknowledge, so the engine also

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,7 +86,49 @@ func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approvalstore: load the Redis scripts: %w", err)
 	}
+	if cfg.waitN > 0 {
+		if err := s.forEachMaster(ctx, s.checkReplicas); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// checkReplicas fails unless node, a master, reports at least the
+// replicas WithWait asks for: with fewer, every WAIT would fall short and
+// no approval could ever run.
+func (s *Redis) checkReplicas(ctx context.Context, node redis.Cmdable) error {
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("approvalstore: WithWait: read the replication of %s: %w", masterName(ctx, node), err)
+	}
+	n := -1
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			n, _ = strconv.Atoi(v)
+		}
+	}
+	if n < s.cfg.waitN {
+		return fmt.Errorf("approvalstore: WithWait(%d): the master %s reports %d connected replicas (INFO replication), so every consumption would fall short", s.cfg.waitN, masterName(ctx, node), max(n, 0))
+	}
+	return nil
+}
+
+// masterName names a master in an error: its address as the client knows
+// it or, for a Sentinel-managed client (which knows it as
+// "FailoverClient"), as the master says.
+func masterName(ctx context.Context, node redis.Cmdable) string {
+	c, ok := node.(*redis.Client)
+	if !ok {
+		return "the master"
+	}
+	addr := c.Options().Addr
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		if info, err := c.ClientInfo(ctx).Result(); err == nil && info.LAddr != "" {
+			return info.LAddr
+		}
+	}
+	return addr
 }
 
 const approvalIDPrefix = "apr_"

@@ -127,6 +127,7 @@ func TestNewRedisRefusesWhatCannotWork(t *testing.T) {
 		"an empty prefix":                {rdb, []approvalstore.Option{approvalstore.WithKeyPrefix("")}},
 		"braces in the prefix":           {rdb, []approvalstore.Option{approvalstore.WithKeyPrefix("a{b}")}},
 		"WAIT on a Ring":                 {ring, []approvalstore.Option{approvalstore.WithWait(1, 10*time.Millisecond)}},
+		"WAIT without a replica":         {rdb, []approvalstore.Option{approvalstore.WithWait(1, 10*time.Millisecond)}},
 		"WAIT longer than a read may be": {slow, []approvalstore.Option{approvalstore.WithWait(1, time.Second)}},
 		"Redis unreachable":              {down, nil},
 	} {
@@ -136,6 +137,25 @@ func TestNewRedisRefusesWhatCannotWork(t *testing.T) {
 	}
 	if _, err := approvalstore.NewRedis(ring); err != nil {
 		t.Errorf("a Ring without WAIT: %v", err)
+	}
+}
+
+// TestNewRedisWaitNeedsTheReplicas: with fewer replicas than WithWait
+// asks for, every consumption would fall short; NewRedis says so, naming
+// the master, instead of a store that refuses every approval.
+func TestNewRedisWaitNeedsTheReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.Kind() != redistest.RedisServer {
+		t.Skip("miniredis reports no replication")
+	}
+	_, err := approvalstore.NewRedis(srv.Client(), approvalstore.WithWait(1, 10*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), srv.Addr()) || !strings.Contains(err.Error(), "0 connected replicas") {
+		t.Errorf("NewRedis with WithWait(1) on a master without replicas must fail naming it (%s): %v", srv.Addr(), err)
+	}
+	off := openRedis(t, srv.Client(), approvalstore.WithWait(0, 10*time.Millisecond))
+	rec := approve(t, t.Context(), off, digestA)
+	if _, err := off.Consume(t.Context(), rec.ID, consumeReq("exe_a", digestA)); err != nil {
+		t.Errorf("WithWait(0, …) waits for nobody: %v", err)
 	}
 }
 
