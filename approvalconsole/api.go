@@ -131,7 +131,7 @@ func (c *console) list(w http.ResponseWriter, r *http.Request) {
 		unavailable(w)
 		return
 	}
-	recs, err := store.List(r.Context(), middleware.ApprovalFilter{Status: middleware.ApprovalPending})
+	recs, err := c.eng.List(r.Context(), middleware.ApprovalFilter{Tenant: a.Tenant, Status: middleware.ApprovalPending})
 	if err != nil {
 		unavailable(w)
 		return

@@ -2,6 +2,7 @@ package approvalstore
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -31,6 +32,8 @@ func SeedApproved(ctx context.Context, s *Redis, req middleware.ApprovalRequest,
 	ids := make([]string, n)
 	now := time.Now()
 	stamp := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+	vote, _ := json.Marshal(storedVote{ID: approver.ID, Tenant: approver.Tenant, Kind: approver.Kind, OnBehalfOf: approver.OnBehalfOf, Approve: true, At: now.UnixMicro()})
+	votes := "[" + string(vote) + "]"
 	const batch = 1000
 	for start := 0; start < n; start += batch {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -41,7 +44,8 @@ func SeedApproved(ctx context.Context, s *Redis, req middleware.ApprovalRequest,
 					"status", middleware.ApprovalApproved.String(),
 					"requested_at", stamp(now), "expires_at", stamp(now.Add(req.ExpiresIn)),
 					"approver_id", approver.ID, "approver_tenant", approver.Tenant, "approver_kind", approver.Kind,
-					"approver_on_behalf_of", jsonList(approver.OnBehalfOf), "comment", "", "decided_at", stamp(now))
+					"approver_on_behalf_of", jsonList(approver.OnBehalfOf), "comment", "", "decided_at", stamp(now),
+					"votes", votes)
 				p.HSet(ctx, s.recordKey(req.ID), fields...)
 				p.PExpire(ctx, s.recordKey(req.ID), req.ExpiresIn+s.cfg.retention)
 			}

@@ -1,7 +1,6 @@
 package approvalstore
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -42,10 +41,13 @@ func (m *Memory) Create(_ context.Context, req middleware.ApprovalRequest) (midd
 	m.sweep(now)
 	pending := 0
 	for _, r := range m.records {
-		if status(r, now) != middleware.ApprovalPending || r.Audience != req.Audience || !sameActor(r.Requester, req.Requester) {
+		// The cap counts the requester's records by audience, tenant and
+		// id: every session of one agent together.
+		q := r.Requester
+		if status(r, now) != middleware.ApprovalPending || r.Audience != req.Audience || q.ID != req.Requester.ID || q.Tenant != req.Requester.Tenant {
 			continue
 		}
-		if r.Procedure == req.Procedure && r.Digest == req.Digest {
+		if middleware.SameActor(q, req.Requester) && r.Procedure == req.Procedure && r.Digest == req.Digest {
 			return clone(r, now), nil // the same call asked again: the same approval
 		}
 		pending++
@@ -59,6 +61,7 @@ func (m *Memory) Create(_ context.Context, req middleware.ApprovalRequest) (midd
 	r := &middleware.ApprovalRecord{ApprovalRequest: req, Status: middleware.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(req.ExpiresIn)}
 	r.Reasons = slices.Clone(req.Reasons)
 	r.Requester.OnBehalfOf = slices.Clone(req.Requester.OnBehalfOf)
+	r.Payload = slices.Clone(req.Payload)
 	m.records[req.ID] = r
 	return clone(r, now), nil
 }
@@ -74,68 +77,83 @@ func (m *Memory) Get(_ context.Context, id string) (middleware.ApprovalRecord, e
 	return clone(r, m.cfg.now()), nil
 }
 
-// Decide implements [middleware.ApprovalStore].
-func (m *Memory) Decide(ctx context.Context, id string, d middleware.Decision) (middleware.ApprovalRecord, error) {
+// Decide implements [middleware.ApprovalStore]. The approver rule and
+// policy run outside the lock (the policy is application code, which may
+// be slow or use the store); every other check runs again under the lock
+// on the record as it is then, which may be gone.
+func (m *Memory) Decide(ctx context.Context, id string, d middleware.Decision) (middleware.ApprovalRecord, bool, error) {
 	rec, err := m.Get(ctx, id)
 	if err != nil {
-		return rec, err
+		return middleware.ApprovalRecord{}, false, err
 	}
-	// The requester and approval type never change, so the approver checks
-	// can run outside the lock (the policy is application code).
+	if rec.Audience != d.Audience {
+		return middleware.ApprovalRecord{}, false, middleware.ErrApprovalNotFound
+	}
+	// The requester and approval type never change, so these hold for
+	// the record under the lock too.
 	if err := m.cfg.checkApprover(ctx, rec, d.Approver); err != nil {
-		return middleware.ApprovalRecord{}, err
+		return middleware.ApprovalRecord{}, false, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.records[id]
+	r, ok := m.records[id] // a Create may have swept it meanwhile
 	now := m.cfg.now()
-	switch s := status(r, now); {
-	case s == middleware.ApprovalPending:
-		r.Status = middleware.ApprovalRejected
-		if d.Approve {
-			r.Status = middleware.ApprovalApproved
-		}
-		r.Approver, r.Comment, r.DecidedAt = d.Approver, d.Comment, now
-		r.Approver.OnBehalfOf = slices.Clone(d.Approver.OnBehalfOf)
-		return clone(r, now), nil
-	case sameDecision(r, d):
-		return clone(r, now), nil // the same decision again: a no-op
-	case s == middleware.ApprovalExpired && r.DecidedAt.IsZero():
-		return middleware.ApprovalRecord{}, middleware.ErrApprovalExpired
+	switch err := votable(r, ok, d, m.cfg.allowSelf, now); err {
+	case nil:
+	case errNoOp:
+		return clone(r, now), false, nil
 	default:
-		return middleware.ApprovalRecord{}, fmt.Errorf("%w: it is %s", middleware.ErrNotPending, s)
+		return middleware.ApprovalRecord{}, false, err
 	}
+	addVote(r, d, now)
+	return clone(r, now), true, nil
 }
 
 // Consume implements [middleware.ApprovalStore]. The checks and the write
 // happen under one lock: one atomic step.
-func (m *Memory) Consume(_ context.Context, id string, req middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
+func (m *Memory) Consume(_ context.Context, id string, req middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	now := m.cfg.now()
 	if err := consumable(r, ok, req, now); err != nil {
 		if err == errAlreadyMine {
-			return clone(r, now), nil
+			return consumedApproval(r), nil
 		}
-		return middleware.ApprovalRecord{}, err
+		return middleware.ConsumedApproval{}, err
 	}
 	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = middleware.ApprovalConsumed, req.ExecutionID, now, now.Add(req.Lease)
-	return clone(r, now), nil
+	return consumedApproval(r), nil
+}
+
+// Release implements [middleware.ApprovalStore].
+func (m *Memory) Release(_ context.Context, id, executionID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.records[id]
+	if !ok || r.Status != middleware.ApprovalConsumed || r.ConsumedBy != executionID {
+		return nil
+	}
+	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = middleware.ApprovalApproved, "", time.Time{}, time.Time{}
+	return nil
 }
 
 // RecordOutcome implements [middleware.ApprovalStore].
-func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, outcome middleware.Code) error {
+func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, o middleware.Outcome) error {
+	if err := checkOutcome(o); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	if !ok || r.ConsumedBy == "" || r.ConsumedBy != executionID {
 		return middleware.ErrApprovalNotFound
 	}
-	if r.Status != middleware.ApprovalConsumed {
-		return nil // recorded already
+	if !takesOutcome(r.Status, o) {
+		return nil // it has its result already
 	}
-	r.Status, r.Outcome, r.OutcomeAt = outcomeStatus(outcome), outcome, m.cfg.now()
+	o.At = m.cfg.now()
+	r.Status, r.Outcome = o.Status, o
 	return nil
 }
 
@@ -147,13 +165,12 @@ func (m *Memory) List(_ context.Context, f middleware.ApprovalFilter) ([]middlew
 	var out []middleware.ApprovalRecord
 	for _, r := range m.records {
 		if matches(r, f, now) {
-			out = append(out, clone(r, now))
+			v := *r
+			v.Payload = nil // List never returns it
+			out = append(out, clone(&v, now))
 		}
 	}
-	slices.SortFunc(out, func(a, b middleware.ApprovalRecord) int {
-		return cmp.Or(a.RequestedAt.Compare(b.RequestedAt), cmp.Compare(a.ID, b.ID))
-	})
-	return limit(out, f.Limit), nil
+	return oldest(out, listLimit(f)), nil
 }
 
 // sweep forgets records past their retention, at most once a minute.
@@ -174,8 +191,13 @@ func (m *Memory) sweep(now time.Time) {
 func clone(r *middleware.ApprovalRecord, now time.Time) middleware.ApprovalRecord {
 	c := *r
 	c.Reasons = slices.Clone(r.Reasons)
+	c.Payload = slices.Clone(r.Payload)
 	c.Requester.OnBehalfOf = slices.Clone(r.Requester.OnBehalfOf)
 	c.Approver.OnBehalfOf = slices.Clone(r.Approver.OnBehalfOf)
+	c.Votes = slices.Clone(r.Votes)
+	for i := range c.Votes {
+		c.Votes[i].Approver.OnBehalfOf = slices.Clone(r.Votes[i].Approver.OnBehalfOf)
+	}
 	c.Status = status(r, now)
 	return c
 }

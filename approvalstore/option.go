@@ -112,11 +112,13 @@ func WithKeyPrefix(prefix string) Option {
 // WithWait makes the Redis store wait, after each consumption, until at
 // least replicas replicas have acknowledged it, for at most timeout: WAIT
 // is pipelined behind the consuming script on the same connection of the
-// record's master. With fewer acknowledgements Consume fails with an error
-// that is not a decision, so the engine answers APPROVAL_UNAVAILABLE and
-// runs nothing; the approval is spent all the same (its record reads
-// in_doubt after the lease), and the caller asks for a new one. By default
-// the store does not wait (replicas 0), and a failover can lose a
+// record's master. NewRedis fails, naming the master, when a master
+// reports fewer connected replicas than that (INFO replication). With
+// fewer acknowledgements later, Consume gives the consumption back (as
+// Release does: the approval is approved again, not spent) and fails with
+// an error that is not a decision, so the engine answers
+// APPROVAL_UNAVAILABLE, runs nothing, and the caller may try again. By
+// default the store does not wait (replicas 0), and a failover can lose a
 // consumption that had not reached the new primary. timeout must be below
 // the client's ReadTimeout (NewRedis checks); zero or less means one
 // second. Only *redis.Client and *redis.ClusterClient support it. The

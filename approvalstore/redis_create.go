@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentsafe/agentsafe/internal/ids"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -27,7 +28,7 @@ func (s *Redis) Create(ctx context.Context, req middleware.ApprovalRequest) (mid
 		return middleware.ApprovalRecord{}, err
 	}
 	index := s.pendingKey(req.Audience, req.Requester)
-	field := req.Procedure + "\n" + req.Digest
+	field := pendingField(req)
 	// The common repeat, a caller asking again while its request waits, is
 	// answered without writing.
 	if v, err := s.rdb.HGet(ctx, index, field).Result(); err == nil {
@@ -112,7 +113,7 @@ func (s *Redis) samePending(ctx context.Context, id string, req middleware.Appro
 	if err != nil {
 		return middleware.ApprovalRecord{}, false, err
 	}
-	ok := rec.Status == middleware.ApprovalPending && rec.Audience == req.Audience && sameActor(rec.Requester, req.Requester) &&
+	ok := rec.Status == middleware.ApprovalPending && rec.Audience == req.Audience && middleware.SameActor(rec.Requester, req.Requester) &&
 		rec.Procedure == req.Procedure && rec.Digest == req.Digest
 	return rec, ok, nil
 }
@@ -148,6 +149,15 @@ func (s *Redis) discard(ctx context.Context, key string, err error) (middleware.
 	defer cancel()
 	_ = s.rdb.Del(ctx, key).Err() // best effort, see above
 	return middleware.ApprovalRecord{}, err
+}
+
+// pendingField is the field of req's call in its requester's pending
+// index: the procedure, the digest and the rest of the whole actor (the
+// index's key has its audience, tenant and id), so that one session's
+// pending call is never another's.
+func pendingField(req middleware.ApprovalRequest) string {
+	a := req.Requester
+	return req.Procedure + "\n" + req.Digest + "\n" + ids.Derive("", append([]string{a.Kind}, a.OnBehalfOf...)...)
 }
 
 // entryID returns the id of a pending-index entry, "id expires_at".

@@ -1,8 +1,10 @@
 package approvalstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
@@ -34,10 +36,11 @@ func status(r *middleware.ApprovalRecord, now time.Time) middleware.ApprovalStat
 var errAlreadyMine = errors.New("consumed by this execution already")
 
 // consumable applies Consume's checks in the order of SPEC §7: exists, same
-// audience and requester (else not found: nothing is revealed), approved,
-// unexpired, unconsumed, same procedure and approval type, same digest.
+// audience and whole actor (else not found: nothing is revealed), approved,
+// unexpired, unconsumed, same procedure, approval type and quorum, same
+// digest.
 func consumable(r *middleware.ApprovalRecord, ok bool, req middleware.ConsumeRequest, now time.Time) error {
-	if !ok || r.Audience != req.Audience || !sameActor(r.Requester, req.Actor) {
+	if !ok || r.Audience != req.Audience || !middleware.SameActor(r.Requester, req.Actor) {
 		return middleware.ErrApprovalNotFound
 	}
 	switch status(r, now) {
@@ -54,7 +57,7 @@ func consumable(r *middleware.ApprovalRecord, ok bool, req middleware.ConsumeReq
 		}
 		return middleware.ErrApprovalConsumed
 	}
-	if r.Procedure != req.Procedure || r.Type != req.Type {
+	if r.Procedure != req.Procedure || r.Type != req.Type || quorum(r.Quorum) != quorum(req.Quorum) {
 		return middleware.ErrApprovalResumeMismatch
 	}
 	if r.Digest != req.Digest {
@@ -63,24 +66,90 @@ func consumable(r *middleware.ApprovalRecord, ok bool, req middleware.ConsumeReq
 	return nil
 }
 
-// sameActor compares the identity that owns a record: id and tenant.
-func sameActor(a, b middleware.Actor) bool { return a.ID == b.ID && a.Tenant == b.Tenant }
+// quorum is the number of approvers q stands for: zero means 1.
+func quorum(q int) int { return max(q, 1) }
 
-// sameDecision reports whether d repeats the decision already recorded, by
-// the same approver.
-func sameDecision(r *middleware.ApprovalRecord, d middleware.Decision) bool {
-	if r.DecidedAt.IsZero() || r.Approver.ID != d.Approver.ID {
-		return false
-	}
-	approved := r.Status != middleware.ApprovalRejected
-	return approved == d.Approve
+// consumedApproval is what Consume returns of r.
+func consumedApproval(r *middleware.ApprovalRecord) middleware.ConsumedApproval {
+	a := middleware.ConsumedApproval{ID: r.ID, Type: r.Type, Approver: r.Approver, Comment: r.Comment, DecidedAt: r.DecidedAt}
+	a.Approver.OnBehalfOf = slices.Clone(r.Approver.OnBehalfOf)
+	return a
 }
 
-func outcomeStatus(code middleware.Code) middleware.ApprovalStatus {
-	if code == middleware.CodeOK {
-		return middleware.ApprovalCompleted
+// repeatedVote reports whether d repeats a vote already on the record: the
+// same whole approver with the same verdict.
+func repeatedVote(r *middleware.ApprovalRecord, d middleware.Decision) bool {
+	return slices.ContainsFunc(r.Votes, func(v middleware.Vote) bool {
+		return v.Approve == d.Approve && middleware.SameActor(v.Approver, d.Approver)
+	})
+}
+
+// errNoOp says a vote repeats one already recorded: Decide returns the
+// record unchanged.
+var errNoOp = errors.New("the same vote again")
+
+// votable applies Decide's checks after the approver's own (the requester
+// rule and the policy, which the caller runs): the record is of the
+// decision's audience, the vote is not a repeat (errNoOp), the record is
+// pending and unexpired, and the voter is distinct from every earlier one.
+func votable(r *middleware.ApprovalRecord, ok bool, d middleware.Decision, allowSelf bool, now time.Time) error {
+	if !ok || r.Audience != d.Audience {
+		return middleware.ErrApprovalNotFound
 	}
-	return middleware.ApprovalFailed
+	if repeatedVote(r, d) {
+		return errNoOp
+	}
+	switch s := status(r, now); {
+	case s == middleware.ApprovalExpired && r.DecidedAt.IsZero():
+		return middleware.ErrApprovalExpired
+	case s != middleware.ApprovalPending:
+		return fmt.Errorf("%w: it is %s", middleware.ErrNotPending, s)
+	}
+	return middleware.CheckVoter(*r, d.Approver, allowSelf)
+}
+
+// addVote records d on a pending record at now: a rejection rejects, an
+// approval approves at the quorum; the deciding vote is the record's
+// Approver, Comment and DecidedAt.
+func addVote(r *middleware.ApprovalRecord, d middleware.Decision, now time.Time) {
+	v := middleware.Vote{Approver: d.Approver, Approve: d.Approve, Comment: d.Comment, At: now}
+	v.Approver.OnBehalfOf = slices.Clone(d.Approver.OnBehalfOf)
+	r.Votes = append(r.Votes, v)
+	switch {
+	case !d.Approve:
+		r.Status = middleware.ApprovalRejected
+	case len(r.Votes) >= quorum(r.Quorum): // every vote on a pending record is an approval
+		r.Status = middleware.ApprovalApproved
+	default:
+		return
+	}
+	r.Approver, r.Comment, r.DecidedAt = v.Approver, v.Comment, v.At
+	r.Approver.OnBehalfOf = slices.Clone(v.Approver.OnBehalfOf)
+}
+
+// checkOutcome refuses what is not an outcome: the zero Outcome, or a
+// status other than completed, failed or in_doubt.
+func checkOutcome(o middleware.Outcome) error {
+	switch o.Status {
+	case middleware.ApprovalCompleted, middleware.ApprovalFailed, middleware.ApprovalInDoubt:
+		return nil
+	case 0:
+		return errors.New("approvalstore: RecordOutcome needs an outcome (the zero Outcome means none)")
+	}
+	return fmt.Errorf("approvalstore: %s is not an outcome (completed, failed or in_doubt)", o.Status)
+}
+
+// takesOutcome reports whether a record whose stored status is stored
+// takes the outcome o: a consumed record takes any, an in_doubt one a
+// result (completed or failed); anything else keeps what it has.
+func takesOutcome(stored middleware.ApprovalStatus, o middleware.Outcome) bool {
+	switch stored {
+	case middleware.ApprovalConsumed:
+		return true
+	case middleware.ApprovalInDoubt:
+		return o.Status != middleware.ApprovalInDoubt
+	}
+	return false
 }
 
 func checkRequest(req middleware.ApprovalRequest) error {
@@ -91,19 +160,40 @@ func checkRequest(req middleware.ApprovalRequest) error {
 		return fmt.Errorf("approvalstore: ExpiresIn must be positive (got %s)", req.ExpiresIn)
 	case req.Requester.ID == "":
 		return errors.New("approvalstore: an approval needs a requester")
+	case req.Quorum < 0:
+		return fmt.Errorf("approvalstore: Quorum must not be negative (got %d)", req.Quorum)
 	}
 	return nil
 }
 
-func matches(r *middleware.ApprovalRecord, f middleware.ApprovalFilter, now time.Time) bool {
-	return (f.Status == 0 || status(r, now) == f.Status) && (f.Audience == "" || r.Audience == f.Audience)
+// inView reports whether r belongs to the audience and tenant f selects;
+// the status is matched separately, as of a time.
+func inView(r *middleware.ApprovalRecord, f middleware.ApprovalFilter) bool {
+	return r.Audience == f.Audience && (f.AnyTenant || r.Requester.Tenant == f.Tenant)
 }
 
-func limit(rs []middleware.ApprovalRecord, n int) []middleware.ApprovalRecord {
-	if n <= 0 {
-		n = defaultListLimit
+func matches(r *middleware.ApprovalRecord, f middleware.ApprovalFilter, now time.Time) bool {
+	return inView(r, f) && (f.Status == 0 || status(r, now) == f.Status)
+}
+
+// oldestFirst orders records by request time, then id.
+func oldestFirst(a, b middleware.ApprovalRecord) int {
+	return cmp.Or(a.RequestedAt.Compare(b.RequestedAt), cmp.Compare(a.ID, b.ID))
+}
+
+// listLimit is the number of records a List of f returns at most.
+func listLimit(f middleware.ApprovalFilter) int {
+	if f.Limit <= 0 {
+		return defaultListLimit
 	}
+	return f.Limit
+}
+
+// oldest sorts rs oldest first and keeps the first n.
+func oldest(rs []middleware.ApprovalRecord, n int) []middleware.ApprovalRecord {
+	slices.SortFunc(rs, oldestFirst)
 	if len(rs) > n {
+		clear(rs[n:]) // let the dropped records go
 		rs = rs[:n]
 	}
 	return rs

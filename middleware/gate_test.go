@@ -127,8 +127,9 @@ func TestApprovalLifecycle(t *testing.T) {
 // asynchronous replication can: the same approval can be consumed twice.
 type forgetfulStore struct{ *approvalstore.Memory }
 
-func (f forgetfulStore) Consume(ctx context.Context, id string, _ middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
-	return f.Get(ctx, id)
+func (f forgetfulStore) Consume(ctx context.Context, id string, _ middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
+	rec, err := f.Get(ctx, id)
+	return middleware.ConsumedApproval{ID: rec.ID, Type: rec.Type, Approver: rec.Approver, Comment: rec.Comment, DecidedAt: rec.DecidedAt}, err
 }
 
 func TestApprovalIdempotencyKeyDerivesFromTheApproval(t *testing.T) {
@@ -328,8 +329,8 @@ func (failingStore) Create(context.Context, middleware.ApprovalRequest) (middlew
 	return middleware.ApprovalRecord{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
 
-func (failingStore) Consume(context.Context, string, middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
-	return middleware.ApprovalRecord{}, errors.New("i/o timeout")
+func (failingStore) Consume(context.Context, string, middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
+	return middleware.ConsumedApproval{}, errors.New("i/o timeout")
 }
 
 func TestGateFailsClosed(t *testing.T) {
@@ -373,7 +374,7 @@ func TestOutcomeIsRecordedEvenWhenTheCallerLeft(t *testing.T) {
 	})
 	wantCode(t, env, err, middleware.CodeCancelled)
 	rec, _ := g.store.Get(t.Context(), id)
-	if rec.Status != middleware.ApprovalFailed || rec.Outcome != middleware.CodeCancelled {
+	if rec.Status != middleware.ApprovalFailed || rec.Outcome.Code != middleware.CodeCancelled {
 		t.Errorf("outcome not recorded after the caller left: %+v", rec)
 	}
 }
