@@ -23,6 +23,7 @@ func Example() {
 		Approval:   middleware.Approval{Required: true, Type: "manager"},
 	})
 	eng, err := middleware.New(reg,
+		middleware.WithProtoFiles(nil), // the example links no generated code for its procedure
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithActor(func(ctx context.Context) (middleware.Actor, error) {
 			return ctx.Value(callerKey{}).(middleware.Actor), nil

@@ -201,3 +201,8 @@ func clone(r *middleware.ApprovalRecord, now time.Time) middleware.ApprovalRecor
 	c.Status = status(r, now)
 	return c
 }
+
+// ProcessLocal reports that the memory store keeps approvals in this
+// process only; the engine warns about it at start-up when a capability
+// needs an approval.
+func (*Memory) ProcessLocal() bool { return true }

@@ -2,6 +2,8 @@ package connectadapter_test
 
 import (
 	"context"
+	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/middleware"
 	"net/http"
 	"slices"
 	"testing"
@@ -35,7 +37,7 @@ func (readService) Read(_ context.Context, req *connect.Request[testv1.Request])
 // order, so noise hits both alike; it reports the median of each and the
 // overhead of the governed median over the bare one.
 func BenchmarkUnary(b *testing.B) {
-	guard, err := connectadapter.New(nil)
+	guard, err := connectadapter.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package connectadapter_test
 
 import (
 	"context"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/url"
 	"slices"
 	"testing"
@@ -111,7 +112,7 @@ func equalReceived(got, want []received) bool {
 // The server interceptor does nothing on a client, and the client
 // interceptor nothing on a handler.
 func TestInterceptorSides(t *testing.T) {
-	guard, err := connectadapter.New(nil)
+	guard, err := connectadapter.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

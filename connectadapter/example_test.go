@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"net/http/httptest"
 
@@ -39,7 +40,7 @@ func flaky(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.
 // metadata lives in its .proto file: Read is a read with retries, Write a
 // write that is never retried at run time.
 func Example() {
-	guard, err := connectadapter.New(nil) // reads and validates the method options
+	guard, err := connectadapter.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // reads and validates the method options
 	if err != nil {
 		panic(err)
 	}

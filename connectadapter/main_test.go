@@ -3,6 +3,7 @@ package connectadapter_test
 import (
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -275,7 +276,7 @@ func newServer(t testing.TB, cfg serverConfig) *server {
 	var interceptors []connect.Interceptor
 	interceptors = append(interceptors, cfg.before...)
 	if !cfg.bare {
-		opts := append([]middleware.Option{middleware.WithEventSink(s.sink)}, cfg.opts...)
+		opts := append([]middleware.Option{middleware.WithEventSink(s.sink), middleware.WithApprovalStore(approvalstore.NewMemory())}, cfg.opts...)
 		guard, err := connectadapter.New(cfg.reg, opts...)
 		if err != nil {
 			t.Fatalf("connectadapter.New: %v", err)

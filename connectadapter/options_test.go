@@ -3,6 +3,7 @@ package connectadapter_test
 import (
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -197,7 +198,7 @@ func TestUndeclaredOptionOutsideGlobalFilesFailsClosedWithInternal(t *testing.T)
 		t.Fatal(err)
 	}
 	const procedure = "/pay.v1.Payments/Charge"
-	guard, err := connectadapter.New(nil)
+	guard, err := connectadapter.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package grpcadapter_test
 
 import (
 	"context"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,7 @@ func (o *options) Ungoverned(ctx context.Context, r *testv1.Request) (*testv1.Re
 
 func newEngine(t *testing.T, reg *middleware.Registry, opts ...middleware.Option) *middleware.Engine {
 	t.Helper()
-	eng, err := middleware.New(reg, opts...)
+	eng, err := middleware.New(reg, append([]middleware.Option{middleware.WithApprovalStore(approvalstore.NewMemory())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

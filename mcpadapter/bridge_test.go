@@ -1,6 +1,7 @@
 package mcpadapter_test
 
 import (
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"slices"
 	"strings"
@@ -142,7 +143,7 @@ func TestNewRefuses(t *testing.T) {
 		})
 	}
 
-	eng, err := middleware.New(nil)
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package mcpadapter_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"reflect"
 	"strings"
@@ -136,7 +137,7 @@ func shopFiles(t *testing.T) *protoregistry.Files {
 // which must agree.
 func listTools(t *testing.T, files *protoregistry.Files, reg *middleware.Registry, services ...string) map[string]*mcp.Tool {
 	t.Helper()
-	eng, err := middleware.New(reg, middleware.WithProtoFiles(files))
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,12 @@ func (c *config) storeProblems(caps map[string]Capability) []error {
 // warn logs, once each, the configurations that are legal but risky.
 func (c *config) warn(caps map[string]Capability) {
 	if c.filesSet && c.files == nil {
-		c.logger.Warn("agentsafe: WithProtoFiles(nil): registry names of RPC procedures are not checked against any descriptor, so a misspelt one leaves its method ungoverned")
+		for proc := range caps {
+			if rpcName.MatchString(proc) {
+				c.logger.Warn("agentsafe: WithProtoFiles(nil): registry names of RPC procedures are not checked against any descriptor, so a misspelt one leaves its method ungoverned", "first", proc)
+				break
+			}
+		}
 	}
 	gated := c.condition != nil
 	var unaudited []string

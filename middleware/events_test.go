@@ -106,7 +106,7 @@ func TestFailingSinksNeverBreakOrStallAnExecution(t *testing.T) {
 		block := make(chan struct{})
 		var blockedCalls atomic.Int32
 		rec := &middleware.EventRecorder{}
-		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, read(0, time.Second)),
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, read(0, time.Second)), middleware.WithProtoFiles(nil),
 			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { panic("sink bug") })),
 			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { blockedCalls.Add(1); <-block })),
 			middleware.WithEventSink(rec),
@@ -142,7 +142,7 @@ func TestFailingSinksNeverBreakOrStallAnExecution(t *testing.T) {
 
 func TestSlogSinkLogsIdsNotPayloads(t *testing.T) {
 	var buf bytes.Buffer
-	eng, err := middleware.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+	eng, err := middleware.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite}), middleware.WithProtoFiles(nil),
 		middleware.WithEventSink(middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
@@ -17,7 +18,9 @@ func Example() {
 		Timeout:    time.Second,
 		Retry:      middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond},
 	})
-	eng, err := middleware.New(reg)
+	// The service's generated code is not linked into this example, so the
+	// engine is told to know no descriptors.
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		panic(err)
 	}
@@ -49,7 +52,7 @@ func ExampleNew_validation() {
 		SideEffect: middleware.SideEffectExternal,
 		Retry:      middleware.Retry{MaxAttempts: 3},
 	})
-	_, err := middleware.New(reg)
+	_, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	fmt.Println(err)
 	// Output:
 	// agentsafe: 1 invalid capability metadata problem(s):

@@ -284,7 +284,7 @@ func TestStartUpWarnsOnceAboutRiskyConfigurations(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	_, err = middleware.New(nil, middleware.WithEventSink(&middleware.EventRecorder{}), middleware.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	_, err = middleware.New(nil, middleware.WithEventSink(&middleware.EventRecorder{}), middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

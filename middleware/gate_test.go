@@ -329,6 +329,8 @@ func (failingStore) Create(context.Context, middleware.ApprovalRequest) (middlew
 	return middleware.ApprovalRecord{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
 
+func (failingStore) Release(context.Context, string, string) error { return errors.New("i/o timeout") }
+
 func (failingStore) Consume(context.Context, string, middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
 	return middleware.ConsumedApproval{}, errors.New("i/o timeout")
 }
@@ -342,11 +344,11 @@ func TestGateFailsClosed(t *testing.T) {
 			t.Error("APPROVAL_UNAVAILABLE is retryable for the caller of an idempotent capability")
 		}
 	}
-	noStore := newFixture(t, procRefund, gatedCap, middleware.WithActor(actorOf), middleware.WithProtoFiles(nil))
-	_, env, err := noStore.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRefund, Input: refund}, noop)
-	wantCode(t, env, err, middleware.CodeApprovalUnavailable)
+	if _, err := middleware.New(middleware.NewRegistry().Register(procRefund, gatedCap), middleware.WithProtoFiles(nil)); err == nil {
+		t.Error("New accepted an approval without a store; every call would fail at run time")
+	}
 
-	env, err, _ = g.call(middleware.Actor{}, refund, "")
+	env, err, _ := g.call(middleware.Actor{}, refund, "")
 	wantCode(t, env, err, middleware.CodeUnauthenticated)
 
 	plain := newGated(t, gatedCap)

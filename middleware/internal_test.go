@@ -12,7 +12,7 @@ import (
 // a future code path could, and checks that the engine still refuses to
 // retry a write that is not declared idempotent.
 func TestRetrySafetyIsRecheckedAtRunTime(t *testing.T) {
-	e, err := New(nil)
+	e, err := New(nil, WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

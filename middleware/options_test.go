@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 )
 
 func TestMethodOptionsAreReadAtStartUp(t *testing.T) {
-	eng, err := middleware.New(nil)
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // the test service has a gated method
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestMethodOptionsAreReadAtStartUp(t *testing.T) {
 
 func TestRegistryReplacesTheOptionAsAWhole(t *testing.T) {
 	eng, err := middleware.New(middleware.NewRegistry().Register("/agentsafe.test.v1.TestService/Read",
-		middleware.Capability{SideEffect: middleware.SideEffectNone, Description: "overridden"}))
+		middleware.Capability{SideEffect: middleware.SideEffectNone, Description: "overridden"}), middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

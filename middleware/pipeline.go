@@ -417,6 +417,10 @@ type attemptResult struct {
 	v     any
 	err   error
 	panic *PanicError
+	// ctxEnded: the attempt's context had ended when the handler returned
+	// (read on the attempt's goroutine: the engine cancels the context
+	// once the result is delivered).
+	ctxEnded bool
 }
 
 func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
@@ -454,6 +458,7 @@ func (a *attempt) run(fn AttemptFunc) {
 		a.cancel()
 	}()
 	r.v, r.err = fn(a)
+	r.ctxEnded = a.Err() != nil
 }
 
 func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
@@ -528,7 +533,7 @@ func (x *execution) await(a *attempt) (any, *Error) {
 
 // settle turns an attempt's own result into the engine's terms.
 func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
-	ctxEnded := a.Err() != nil
+	ctxEnded := r.ctxEnded
 	a.cancel()
 	switch {
 	case r.panic != nil:

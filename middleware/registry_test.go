@@ -27,7 +27,7 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Fine", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1}})
 
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
 	if eng != nil || err == nil {
 		t.Fatal("New accepted invalid metadata")
 	}
@@ -78,7 +78,7 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 
 func TestEngineOptionsAreValidatedWithTheMetadata(t *testing.T) {
 	_, err := middleware.New(
-		middleware.NewRegistry().Register("/s.V1/X", middleware.Capability{}),
+		middleware.NewRegistry().Register("/s.V1/X", middleware.Capability{}), middleware.WithProtoFiles(nil),
 		middleware.WithDefaultTimeout(-time.Second),
 		middleware.WithDefaultBackoff(0),
 		middleware.WithMaxAbandoned(0),

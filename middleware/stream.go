@@ -69,6 +69,7 @@ func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
 			}
 		}()
 		r.err = fn(a)
+		r.ctxEnded = a.Err() != nil
 	}()
 	_, err := x.settle(a, r)
 	a.traceEnd(err)

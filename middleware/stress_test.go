@@ -24,7 +24,7 @@ func TestStressExactlyOneEnvelopeAndFinalEvent(t *testing.T) {
 			Register(procRead, read(2, 20*time.Millisecond)).
 			Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: 20 * time.Millisecond}).
 			Register(procIdemWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 20 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
-		eng, err := middleware.New(reg, middleware.WithEventSink(rec), middleware.WithMaxAbandoned(executions*3))
+		eng, err := middleware.New(reg, middleware.WithEventSink(rec), middleware.WithMaxAbandoned(executions*3), middleware.WithProtoFiles(nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -205,7 +205,7 @@ func TestTracerSeesExecutionsThatNeverRan(t *testing.T) {
 
 func TestTracerDigestWithoutSinks(t *testing.T) {
 	tr := &recordingTracer{}
-	eng, err := middleware.New(middleware.NewRegistry().Register(procRefund, middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+	eng, err := middleware.New(middleware.NewRegistry().Register(procRefund, middleware.Capability{SideEffect: middleware.SideEffectWrite}), middleware.WithProtoFiles(nil),
 		middleware.WithTracer(tr), middleware.WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)

@@ -190,7 +190,7 @@ func TestIdempotencyKeyTransportDoesNotFollowARedirectToAnUnlistedHost(t *testin
 	host := func(s string) string { u, _ := url.Parse(s); return u.Host }
 	client := &http.Client{Transport: nethttpadapter.IdempotencyKeyTransport(nil, host(toUnlistedSrv.URL), host(toListedSrv.URL), host(listedSrv.URL))}
 
-	eng, err := middleware.New(middleware.NewRegistry().Register("relay", read(middleware.Capability{})))
+	eng, err := middleware.New(middleware.NewRegistry().Register("relay", read(middleware.Capability{})), middleware.WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // before the engine sees the context end; every round must be CANCELLED.
 func TestHandlerGivingUpWithItsContextIsTheContextsOutcome(t *testing.T) {
 	t.Parallel()
-	eng, err := middleware.New(middleware.NewRegistry().Register("r", read(middleware.Capability{})))
+	eng, err := middleware.New(middleware.NewRegistry().Register("r", read(middleware.Capability{})), middleware.WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestHandlerGivingUpWithItsContextIsTheContextsOutcome(t *testing.T) {
 func TestAttemptTimeoutOnAFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cap := read(middleware.Capability{Timeout: time.Minute})
-		eng, err := middleware.New(middleware.NewRegistry().Register("r", cap))
+		eng, err := middleware.New(middleware.NewRegistry().Register("r", cap), middleware.WithProtoFiles(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestALateHandlerThatWroteNothingSucceededLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &middleware.EventRecorder{}
 		cap := middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second}
-		eng, err := middleware.New(middleware.NewRegistry().Register("refund", cap), middleware.WithEventSink(rec))
+		eng, err := middleware.New(middleware.NewRegistry().Register("refund", cap), middleware.WithEventSink(rec), middleware.WithProtoFiles(nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func Example() {
 		SideEffect: middleware.SideEffectRead,
 		Retry:      middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}, // at most 3 runs
 	})
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf descriptors
 	if err != nil {
 		panic(err)
 	}
@@ -60,7 +60,7 @@ func ExampleWrapMux() {
 		SideEffect: middleware.SideEffectExternal,
 		Timeout:    20 * time.Millisecond,
 	})
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf descriptors
 	if err != nil {
 		panic(err)
 	}

@@ -45,7 +45,9 @@ func newHarness(t *testing.T, reg *middleware.Registry, mount func(eng *middlewa
 			h.abandoned <- e
 		}
 	})
-	opts = append([]middleware.Option{middleware.WithEventSink(h.rec), middleware.WithEventSink(finals)}, opts...)
+	// Routes only, unless a test hands the engine a store for the test
+	// service's method options (see metadata_test.go).
+	opts = append([]middleware.Option{middleware.WithEventSink(h.rec), middleware.WithEventSink(finals), middleware.WithProtoFiles(nil)}, opts...)
 	eng, err := middleware.New(reg, opts...)
 	if err != nil {
 		t.Fatalf("middleware.New: %v", err)

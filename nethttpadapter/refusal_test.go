@@ -217,7 +217,7 @@ func (p *probe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func TestWrapMuxServesUngovernedPatternsUntouched(t *testing.T) {
 	t.Parallel()
-	eng, err := middleware.New(middleware.NewRegistry().Register("known", read(middleware.Capability{})))
+	eng, err := middleware.New(middleware.NewRegistry().Register("known", read(middleware.Capability{})), middleware.WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

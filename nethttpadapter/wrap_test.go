@@ -27,7 +27,7 @@ func TestWrapOfAProcedureTheEngineDoesNotGovernPanicsAtStartUp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			eng, err := middleware.New(reg(), tc.opts...)
+			eng, err := middleware.New(reg(), append(tc.opts, middleware.WithProtoFiles(nil))...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package twirpadapter_test
 import (
 	"context"
 	"fmt"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"net/http/httptest"
 
@@ -15,7 +16,7 @@ import (
 // One call wraps the generated constructor. The capabilities come from the
 // service's method options: Read may retry, Write may not.
 func Example() {
-	eng, err := middleware.New(nil) // method options only
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // method options only
 	if err != nil {
 		panic(err)
 	}

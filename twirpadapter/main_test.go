@@ -3,6 +3,7 @@ package twirpadapter_test
 import (
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -126,7 +127,7 @@ func newHarness(t *testing.T, reg *middleware.Registry, svc *service, opts ...mi
 			h.abandoned <- e
 		}
 	})
-	eng, err := middleware.New(reg, append([]middleware.Option{middleware.WithEventSink(sink)}, opts...)...)
+	eng, err := middleware.New(reg, append([]middleware.Option{middleware.WithEventSink(sink), middleware.WithApprovalStore(approvalstore.NewMemory())}, opts...)...)
 	if err != nil {
 		t.Fatalf("middleware.New: %v", err)
 	}

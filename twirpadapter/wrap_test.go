@@ -2,6 +2,7 @@ package twirpadapter_test
 
 import (
 	"context"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -95,7 +96,7 @@ func TestWrap(t *testing.T) {
 	t.Parallel()
 	t.Run("application interceptors wrap the execution", func(t *testing.T) {
 		t.Parallel()
-		eng, err := middleware.New(nil)
+		eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestWrap(t *testing.T) {
 	})
 	t.Run("a constructor that drops the options panics", func(t *testing.T) {
 		t.Parallel()
-		eng, err := middleware.New(nil)
+		eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +150,7 @@ func TestWrap(t *testing.T) {
 func TestHandlerGivingUpWithItsContextIsTheContextsOutcome(t *testing.T) {
 	t.Parallel()
 	reg := middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead})
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestHandlerGivingUpWithItsContextIsTheContextsOutcome(t *testing.T) {
 func TestAttemptTimeoutOnAFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Minute})
-		eng, err := middleware.New(reg)
+		eng, err := middleware.New(reg, middleware.WithApprovalStore(approvalstore.NewMemory()))
 		if err != nil {
 			t.Fatal(err)
 		}

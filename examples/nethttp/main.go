@@ -36,7 +36,7 @@ func run() error {
 			Retry: middleware.Retry{MaxAttempts: 2, Backoff: 20 * time.Millisecond}}).
 		Register("refund-order", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 2 * time.Second,
 			Retry: middleware.Retry{MaxAttempts: 1, Backoff: 20 * time.Millisecond}})
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf method options
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"net"
 	"net/http"
 	"os"
@@ -28,7 +29,8 @@ func main() {
 }
 
 func run() error {
-	eng, err := middleware.New(nil) // the method options of orders.proto
+	eng, err := middleware.New(nil, // the method options of orders.proto
+		middleware.WithApprovalStore(approvalstore.NewMemory())) // its CancelOrder needs approvals
 	if err != nil {
 		return err
 	}
