@@ -38,6 +38,7 @@ func newEngine(t testing.TB, store middleware.ApprovalStore) *middleware.Engine 
 	eng, err := middleware.New(reg,
 		middleware.WithApprovalStore(store),
 		middleware.WithAudience("orders"),
+		middleware.WithProtoFiles(nil), // the procedure is invented: no descriptor
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return agent, nil }))
 	if err != nil {
 		t.Fatal(err)

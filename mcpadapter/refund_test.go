@@ -2,6 +2,7 @@ package mcpadapter_test
 
 import (
 	"encoding/json"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -100,7 +101,7 @@ func TestRefundTools(t *testing.T) {
 		t.Fatalf("tools %v", names)
 	}
 
-	eng, err := middleware.New(nil, middleware.WithProtoFiles(files))
+	eng, err := middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}
