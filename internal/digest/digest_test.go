@@ -367,3 +367,38 @@ func TestKeyed(t *testing.T) {
 		t.Errorf(`Keyed of "" = %q; want ""`, got)
 	}
 }
+
+// TestNestingDeeperThan64IsRefused checks the SPEC §7 depth bound for arrays
+// and objects: 64 levels bind, the 65th is refused where it opens.
+func TestNestingDeeperThan64IsRefused(t *testing.T) {
+	t.Parallel()
+	nest := func(open, close string, levels int) string {
+		return strings.Repeat(open, levels) + "0" + strings.Repeat(close, levels)
+	}
+	tests := []struct {
+		name, doc, msg string
+	}{
+		{"arrays at the limit", nest("[", "]", 64), ""},
+		{"objects at the limit", nest(`{"a":`, "}", 64), ""},
+		{"arrays beyond the limit", nest("[", "]", 65), `nesting deeper than 64 at "/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0"…`},
+		{"objects beyond the limit", nest(`{"a":`, "}", 65), `nesting deeper than 64 at "/a/a/a/`},
+		{"unclosed", strings.Repeat("[", 1000), "nesting deeper than 64"},
+		{"mixed", `{"x":[` + nest(`{"y":`, "}", 62) + `]}`, ""},
+		{"mixed beyond the limit", `{"x":[` + nest(`{"y":`, "}", 63) + `]}`, `nesting deeper than 64 at "/x/0/y/y/`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, err := digest.JSON("/p.S/M", []byte(tt.doc))
+			switch {
+			case tt.msg == "" && err != nil:
+				t.Errorf("JSON refused: %v", err)
+			case tt.msg == "":
+			case !errors.Is(err, digest.ErrUnbindable):
+				t.Errorf("JSON = %q, %v; want ErrUnbindable", d, err)
+			case !strings.Contains(err.Error(), tt.msg):
+				t.Errorf("error %q does not say %q", err, tt.msg)
+			}
+		})
+	}
+}

@@ -55,12 +55,14 @@ func Proto(procedure string, m proto.Message) (string, error) {
 	// apply: protojson writes 64-bit integers as strings, a double of 1e20 is
 	// a double by schema, and two fields whose JSON names differ only in case
 	// are distinct fields here.
-	canonical, err := canonicalizeTrusted(doc)
+	c, err := checkJSON(doc, rendered)
 	if err != nil {
 		return "", err
 	}
 	w := newWriter(procedure, formRPC)
-	w.body(kindJSON, canonical)
+	if err := w.canonical(c); err != nil {
+		return "", err
+	}
 	return w.sum(), nil
 }
 
