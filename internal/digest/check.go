@@ -238,12 +238,25 @@ func (c *canonicalizer) checkNumber(i, depth int) (int, error) {
 		return end, nil
 	}
 	lit := parseDecimal(num)
-	if c.mode == checked && lit.unsafeInteger() {
-		return 0, fmt.Errorf("%w: number %s at %s is an integer beyond ±(2^53−1)", ErrUnbindable, truncate(string(num[:min(len(num), 80)])), c.location(depth))
+	inexact := func() error {
+		return fmt.Errorf("%w: number %s at %s cannot be represented exactly as a double", ErrUnbindable, truncate(string(num[:min(len(num), 80)])), c.location(depth))
+	}
+	if c.mode == checked {
+		if lit.unsafeInteger() {
+			return 0, fmt.Errorf("%w: number %s at %s is an integer beyond ±(2^53−1)", ErrUnbindable, truncate(string(num[:min(len(num), 80)])), c.location(depth))
+		}
+		if lit.n > maxDigits {
+			return 0, inexact()
+		}
 	}
 	d, ok := lit.shortest(num)
-	if !ok {
+	switch {
+	case !ok && c.mode == checked:
+		return 0, inexact()
+	case !ok:
 		return 0, fmt.Errorf("%w: number %s at %s is beyond the range of a double", ErrUnbindable, truncate(string(num[:min(len(num), 80)])), c.location(depth))
+	case c.mode == checked && !d.equal(&lit):
+		return 0, inexact()
 	}
 	var buf [32]byte
 	c.size += int64(len(d.appendES6(buf[:0])))

@@ -80,10 +80,14 @@
 //   - a number whose exact decimal value is an integer of magnitude above
 //     2^53−1, whatever its spelling: 9007199254740992, 1e16 and
 //     9007199254740993.0 are all refused, because JCS rounds them to a
-//     double while a handler decoding into an int64 would not.
-//     Non-integral numbers, whatever their magnitude, are accepted and
-//     rounded to the nearest double, as a handler decoding into float64
-//     would; -0 and 0 are the same input, as are 1, 1.0 and 1e0.
+//     double while a handler decoding into an int64 would not;
+//   - any other number whose exact decimal value differs from the value of
+//     the shortest form that round-trips to its nearest double, which is
+//     what JCS writes: 12345678901234567.1 (written 12345678901234568),
+//     0.10000000000000000555 (0.1), 1e-400 (0) and 4.9e-324 (5e-324) are
+//     refused, because otherwise two different amounts would share a
+//     digest. 0.1, 0.10, 1.0, 1e0, -0 and 5e-324 bind: -0 and 0 are the
+//     same input, as are 1, 1.0 and 1e0.
 //
 // Unicode is never normalized: "é" (U+00E9) and "e" + U+0301 are different
 // inputs with different digests, while the escaped and literal spellings of

@@ -198,7 +198,8 @@ func (d *decimal) unsafeInteger() bool {
 // nearest to num. ok is false when num is beyond the range of a double. The
 // number has an exact double when the result equals lit.
 //
-// Parsing allocates nothing unless lit has more than maxDigits digits.
+// Parsing allocates nothing unless lit has more than maxDigits digits, which
+// checked JSON refuses before asking.
 func (lit *decimal) shortest(num []byte) (d decimal, ok bool) {
 	switch {
 	case lit.n == 0:

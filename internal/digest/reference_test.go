@@ -157,15 +157,25 @@ func referenceEscapes(raw []byte) error {
 	return nil
 }
 
-// referenceNumber refuses integers beyond ±(2^53−1), with big.Rat
-// arithmetic.
+// referenceNumber refuses integers beyond ±(2^53−1) and numbers whose exact
+// value differs from that of the shortest round-trip form of their nearest
+// double, with big.Rat arithmetic.
 func referenceNumber(num string) error {
 	value, beyond := referenceRat(num)
 	switch {
 	case beyond > 0:
 		return errors.New("an integer beyond any double")
-	case beyond == 0 && value.IsInt() && new(big.Int).Abs(value.Num()).Cmp(big.NewInt(1<<53-1)) > 0:
+	case beyond < 0:
+		return errors.New("a fraction below any double")
+	case value.IsInt() && new(big.Int).Abs(value.Num()).Cmp(big.NewInt(1<<53-1)) > 0:
 		return errors.New("unsafe integer")
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return err
+	}
+	if short, _ := referenceRat(strconv.FormatFloat(f, 'g', -1, 64)); value.Cmp(short) != 0 {
+		return errors.New("not exactly a double")
 	}
 	return nil
 }

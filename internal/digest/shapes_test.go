@@ -37,7 +37,7 @@ func shapes(size int) []shape {
 		{"numbers that expand", repeatIn("[", "1e15,", "0]", size), true},
 		{"fractions that expand", repeatIn("[", "1e-6,", "0]", size), true},
 		{"seventeen-digit numbers", repeatIn("[", "0.30000000000000004,", "0]", size), true},
-		{"long number", []byte("0." + strings.Repeat("1", size-2)), true},
+		{"long number", []byte("0." + strings.Repeat("1", size-2)), false},
 		{"long number of zeros", []byte("0." + strings.Repeat("0", size-2)), true},
 		{"many keys in one object", manyKeys(size, func(int) string { return "" }), true},
 		{"keys with a long common prefix", manyKeys(size, func(int) string { return long }), true},
