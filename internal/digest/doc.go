@@ -100,7 +100,9 @@
 // than 64 levels. The client-JSON checks do not apply to a decoded message
 // (protojson writes 64-bit integers as strings, and JSON names that differ
 // only in case are distinct fields), but what jcs refuses is refused too:
-// exact duplicate names, numbers beyond the range of a double.
+// exact duplicate names, numbers beyond the range of a double. Proto
+// allocates what protojson needs to render the message, several times its
+// size, before the streaming canonicalization.
 //
 // The digest is stable for one schema. A schema change that alters the
 // protojson rendering (a renamed field) changes it, which makes a resume

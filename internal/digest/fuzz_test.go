@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/gowebpki/jcs"
 
@@ -235,6 +240,43 @@ func BenchmarkJSON(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkProto measures Proto on a Struct of an ordinary request and of
+// many, and reports what it allocates per byte of the protojson rendering:
+// protojson's own rendering costs several times that before the streaming
+// canonicalization starts.
+func BenchmarkProto(b *testing.B) {
+	for _, doc := range [][]byte{benchmarkBody(1024), realisticDocument(1 << 20)} {
+		var v any
+		if err := json.Unmarshal(doc, &v); err != nil {
+			b.Fatal(err)
+		}
+		value, err := structpb.NewValue(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := &structpb.Struct{Fields: map[string]*structpb.Value{"input": value}}
+		rendered, err := protojson.Marshal(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(strconv.Itoa(len(rendered))+"B", func(b *testing.B) {
+			b.SetBytes(int64(len(rendered)))
+			b.ReportAllocs()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for b.Loop() {
+				if _, err := digest.Proto("/shop.v1.Orders/Refund", m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			perOp := float64(after.TotalAlloc-before.TotalAlloc) / float64(b.N)
+			b.ReportMetric(perOp/float64(len(rendered)), "alloc/rendered-byte")
+			b.ReportMetric(perOp/float64(proto.Size(m)), "alloc/binary-byte")
 		})
 	}
 }
