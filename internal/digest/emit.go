@@ -243,47 +243,57 @@ func (c *canonicalizer) compareNames(a, b uint32, fold bool) int {
 	doc := c.doc
 	i, j := int(c.names[a])+1, int(c.names[b])+1
 	for {
-		// Equal bytes outside escapes are equal characters.
-		for i+8 <= len(doc) && j+8 <= len(doc) {
-			w := binary.LittleEndian.Uint64(doc[i:])
-			if w != binary.LittleEndian.Uint64(doc[j:]) || hasQuoteOrBackslash(w) {
-				break
-			}
-			i, j = i+8, j+8
-		}
-		x, y := doc[i], doc[j]
-		if x == y && x != '"' && x != '\\' {
-			i, j = i+1, j+1
-			continue
-		}
-		if x < utf8.RuneSelf && y < utf8.RuneSelf && x != '\\' && y != '\\' {
+		switch x, y := doc[i], doc[j]; {
+		case x == y && x != '"' && x != '\\':
+		case x < utf8.RuneSelf && y < utf8.RuneSelf && x != '\\' && y != '\\':
 			if d := cmp.Compare(asciiKey(x, fold), asciiKey(y, fold)); d != 0 || x == '"' {
 				return d
 			}
-			i, j = i+1, j+1
+		default:
+			// A character that is escaped or not ASCII. The bytes before
+			// it are equal, so both sides back up alike to the start of
+			// a character whose first bytes matched.
+			for !utf8.RuneStart(doc[i]) {
+				i, j = i-1, j-1
+			}
+			ra, nextI := c.nextRune(i)
+			rb, nextJ := c.nextRune(j)
+			if fold {
+				ra, rb = foldRune(ra), foldRune(rb)
+			} else {
+				ra, rb = utf16Key(ra), utf16Key(rb)
+			}
+			if ra != rb {
+				return cmp.Compare(ra, rb) // the end of a name (-1) sorts first
+			}
+			if ra < 0 {
+				return 0
+			}
+			i, j = nextI, nextJ
 			continue
 		}
-		// A character that is escaped or not ASCII. The bytes before it
-		// are equal, so both sides back up alike to the start of a
-		// character whose first bytes matched.
-		for !utf8.RuneStart(doc[i]) {
-			i, j = i-1, j-1
+		// Equal so far. Equal bytes outside escapes are equal characters,
+		// and so are ASCII letters equal but for case when folding: skip
+		// them eight at a time.
+		for i, j = i+1, j+1; i+8 <= len(doc) && j+8 <= len(doc); i, j = i+8, j+8 {
+			x, y := binary.LittleEndian.Uint64(doc[i:]), binary.LittleEndian.Uint64(doc[j:])
+			if x != y && (!fold || !isASCII(x|y) || upperASCII(x) != upperASCII(y)) || hasQuoteOrBackslash(x) {
+				break
+			}
 		}
-		ra, nextI := c.nextRune(i)
-		rb, nextJ := c.nextRune(j)
-		if fold {
-			ra, rb = foldRune(ra), foldRune(rb)
-		} else {
-			ra, rb = utf16Key(ra), utf16Key(rb)
-		}
-		if ra != rb {
-			return cmp.Compare(ra, rb) // the end of a name (-1) sorts first
-		}
-		if ra < 0 {
-			return 0
-		}
-		i, j = nextI, nextJ
 	}
+}
+
+// isASCII reports whether every byte of w is ASCII.
+func isASCII(w uint64) bool { return w&0x8080808080808080 == 0 }
+
+// upperASCII maps the bytes a–z of w, all ASCII, to A–Z.
+func upperASCII(w uint64) uint64 {
+	const ones = 0x0101010101010101
+	atLeastA := w + (0x80-'a')*ones   // high bit set where a byte is >= 'a'
+	aboveZ := w + (0x80-('z'+1))*ones // high bit set where a byte is > 'z'
+	lower := atLeastA &^ aboveZ & (0x80 * ones)
+	return w - lower>>2 // 0x80>>2 is 'a'−'A'
 }
 
 // asciiKey orders an ASCII byte of a name as compareNames does; the closing

@@ -249,7 +249,11 @@ func BenchmarkJSON(b *testing.B) {
 // protojson's own rendering costs several times that before the streaming
 // canonicalization starts.
 func BenchmarkProto(b *testing.B) {
-	for _, doc := range [][]byte{benchmarkBody(1024), realisticDocument(1 << 20)} {
+	for _, input := range []struct {
+		name string
+		doc  []byte
+	}{{"1KiB", benchmarkBody(1024)}, {"1MiB", realisticDocument(1 << 20)}} {
+		doc := input.doc
 		var v any
 		if err := json.Unmarshal(doc, &v); err != nil {
 			b.Fatal(err)
@@ -263,7 +267,7 @@ func BenchmarkProto(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(strconv.Itoa(len(rendered))+"B", func(b *testing.B) {
+		b.Run(input.name, func(b *testing.B) {
 			b.SetBytes(int64(len(rendered)))
 			b.ReportAllocs()
 			var before, after runtime.MemStats
