@@ -144,7 +144,7 @@ type execution struct {
 	eventDigest    string // keyed when configured
 	approvalID     string
 	approval       *ConsumedApproval
-	consumed       bool           // an approval was consumed: its outcome is recorded
+	consumed       bool // an approval was consumed: its outcome is recorded
 	streaming      bool
 	endTrace       func(Envelope) // the tracer's, or nil
 	start          time.Time
@@ -390,12 +390,12 @@ type attempt struct {
 	n         int
 	state     atomic.Int32
 	res       chan attemptResult
-	abandoned bool                 // set by the Execute goroutine only
+	abandoned bool // set by the Execute goroutine only
 	// late is an abandoned attempt's own result, once it returned late
 	// (returnedLate); guarded by the execution's mu.
 	late         Code
 	returnedLate bool
-	endTrace  func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
+	endTrace     func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
 }
 
 type attemptKey struct{}
