@@ -32,14 +32,23 @@
 //
 // That is the application's question. The [Authorizer] given to New says who
 // a request is from (an error or an empty id is 401, for every route but the
-// static page). An approver sees and decides only requests of their own
-// tenant; another tenant's approval reads as not found. The store's rules
-// apply inside its Decide, atomically, whichever instance serves the
-// request (memory for one process, Redis for many): the requester and anyone
-// in its OnBehalfOf chain may not decide it (self_approval, unless the store
-// allows self-approval), the store's approver policy may refuse
-// (approver_not_allowed), and only a pending, unexpired record can be
-// decided. Decisions go through [middleware.Engine.Decide], which emits
+// static page).
+//
+// Every view goes through the engine ([middleware.Engine.List],
+// [middleware.Engine.Get], [middleware.Engine.Decide]), never the raw
+// store, so the console sees only records of its engine's audience
+// (middleware.WithAudience): deployments sharing one store never list, open
+// or decide each other's requests. An approver sees and decides only
+// requests of their own tenant; the store filters the list by tenant before
+// its limit, so no other tenant's requests can crowd theirs out. Another
+// audience's or tenant's approval reads as not found.
+//
+// The store's rules apply inside its Decide, atomically, whichever instance
+// serves the request (memory for one process, Redis for many): the
+// requester and anyone in its OnBehalfOf chain may not decide it
+// (self_approval, unless the store allows self-approval), the store's
+// approver policy may refuse (approver_not_allowed), and only a pending,
+// unexpired record can be decided. [middleware.Engine.Decide] emits
 // capability.approved or capability.rejected.
 //
 // # What the page shows
