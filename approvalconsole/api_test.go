@@ -303,3 +303,33 @@ func TestTrustedOriginMayDecide(t *testing.T) {
 		t.Fatalf("the trusted origin: %d %s, want 200", r.status, r.body)
 	}
 }
+
+// TestTokenHeaderIsAgentsafeCsrfToken: the decision token travels in
+// Agentsafe-Csrf-Token, as every agentsafe header is named, not X-….
+func TestTokenHeaderIsAgentsafeCsrfToken(t *testing.T) {
+	const name = "Agentsafe-Csrf-Token"
+	if approvalconsole.TokenHeader != name {
+		t.Fatalf("TokenHeader is %q, want %q", approvalconsole.TokenHeader, name)
+	}
+	e := newEnv(t)
+	r := e.do(req{method: "GET", path: "/api/session", session: "s-bob"})
+	var s approvalconsole.Session
+	if err := json.Unmarshal(r.body, &s); err != nil || s.TokenHeader != name {
+		t.Fatalf("the session tells the page to send the token in %q (%v), want %q", s.TokenHeader, err, name)
+	}
+	id := e.requested(agent, "42")
+	path := "/api/approvals/" + id + "/decision"
+	r = e.do(req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{"X-Agentsafe-Csrf-Token": s.Token, "Sec-Fetch-Site": "same-origin"}})
+	if r.status != http.StatusForbidden || r.errorCode() != "csrf_token" {
+		t.Fatalf("the token in the old X- header: %d %s, want 403 csrf_token", r.status, r.body)
+	}
+	if rec := e.record(id); rec.Status != middleware.ApprovalPending {
+		t.Fatalf("a refused decision changed the record: %s", rec.Status)
+	}
+	r = e.do(req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{name: s.Token, "Sec-Fetch-Site": "same-origin"}})
+	if r.status != http.StatusOK {
+		t.Fatalf("the token in %s: %d %s, want 200", name, r.status, r.body)
+	}
+}

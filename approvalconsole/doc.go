@@ -71,11 +71,12 @@
 //   - it passes Go's [http.CrossOriginProtection]: a browser's Sec-Fetch-Site
 //     must say same-origin (or, without it, Origin must match Host), unless
 //     the origin was trusted with [WithTrustedOrigin];
-//   - it carries the approver's token in [TokenHeader]: an HMAC-SHA256,
-//     under a server key ([WithCSRFKey]; random per process by default), of
-//     the approver's tenant and id (and session, with [WithSession]). The
-//     page reads it from GET /api/session, which another origin cannot read,
-//     and a token is worth nothing to anyone but its approver.
+//   - it carries the approver's token in [TokenHeader]
+//     (Agentsafe-Csrf-Token): an HMAC-SHA256, under a server key
+//     ([WithCSRFKey]; random per process by default), of the approver's
+//     tenant and id (and session, with [WithSession]). The page reads it
+//     from GET /api/session, which another origin cannot read, and a token
+//     is worth nothing to anyone but its approver.
 //
 // Safe methods never change anything. Instances behind one load balancer
 // must share the key.
