@@ -3,6 +3,7 @@ package approvalconsole_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -171,5 +172,67 @@ func TestBrowserApproverApprovesAndTheAgentResumesOnce(t *testing.T) {
 	}
 	if rec := e.record(next); rec.Status != middleware.ApprovalPending {
 		t.Errorf("a refused self-approval changed the record: %s", rec.Status)
+	}
+}
+
+// basicAuth is a login the way the demo's is: a browser is challenged for
+// basic-auth credentials before it reaches the console, and the console's
+// Authorizer reads them (user name = password, for the test).
+func basicAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := r.BasicAuth(); !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="approval console"`)
+			http.Error(w, "sign in", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func authorizeBasic(r *http.Request) (middleware.Actor, error) {
+	user, pass, ok := r.BasicAuth()
+	if a, known := sessions["s-"+user]; ok && known && pass == user {
+		return a, nil
+	}
+	return middleware.Actor{}, errors.New("unknown user")
+}
+
+// TestBrowserWorksWithCredentialsInTheURL: opened at
+// http://bob:bob@host/console/, the page's API calls must not inherit the
+// credentials from its URL (fetch refuses a URL with userinfo), and bob
+// can decide.
+func TestBrowserWorksWithCredentialsInTheURL(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	mux := http.NewServeMux()
+	mux.Handle("/console/", basicAuth(http.StripPrefix("/console", approvalconsole.New(e.eng, authorizeBasic))))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	card := `.approval[data-id="` + id + `"]`
+	withCredentials := strings.Replace(srv.URL, "http://", "http://bob:bob@", 1) + "/console/"
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(withCredentials),
+		chromedp.WaitVisible(chromedp.CSS(card+`, #notice:not([hidden])`)),
+	)
+	if err != nil {
+		t.Fatalf("the page at %s showed neither the approval nor a notice: %v", withCredentials, err)
+	}
+	if notice, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#notice").hidden ? "" : document.querySelector("#notice").textContent`)); notice != "" {
+		t.Fatalf("the page at a URL with credentials says: %s", notice)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(card+" .status.approved, "+card+" .status.error")),
+	)
+	if err != nil {
+		t.Fatalf("approving at a URL with credentials: %v", err)
+	}
+	if status, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .status"))); status != "approved by bob" {
+		t.Fatalf("status line %q, want approved by bob", status)
+	}
+	if rec := e.record(id); rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID {
+		t.Fatalf("the record after the click: %+v", rec)
 	}
 }

@@ -28,6 +28,11 @@
 // not_found; 409 not_pending, expired; 400 bad_request; 415
 // unsupported_media_type; 503 unavailable. A refusal changes nothing.
 //
+// The page calls the API at URLs built from its own origin and path, never
+// from its full address, so it also works when opened at an address with
+// basic-auth credentials in it (http://bob:bob@host/console/), which fetch
+// would otherwise refuse; the browser sends the credentials it was given.
+//
 // # Who may decide
 //
 // That is the application's question. The [Authorizer] given to New says who

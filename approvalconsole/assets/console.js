@@ -6,8 +6,16 @@ let session = null;
 
 function $(sel, root) { return (root || document).querySelector(sel); }
 
+// apiURL resolves path against the page's origin and path only. The page's
+// URL may carry credentials (http://bob:bob@host/console/), and fetch
+// refuses any URL that does, relative ones resolved against it included;
+// the browser still sends the credentials it was given for this origin.
+function apiURL(path) {
+  return new URL(path, location.origin + location.pathname).href;
+}
+
 async function api(path, options) {
-  const res = await fetch(path, Object.assign({ credentials: "same-origin", cache: "no-store" }, options));
+  const res = await fetch(apiURL(path), Object.assign({ credentials: "same-origin", cache: "no-store" }, options));
   let body = null;
   try { body = await res.json(); } catch (e) { /* not JSON */ }
   if (!res.ok) {
