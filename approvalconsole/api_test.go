@@ -333,3 +333,92 @@ func TestTokenHeaderIsAgentsafeCsrfToken(t *testing.T) {
 		t.Fatalf("the token in %s: %d %s, want 200", name, r.status, r.body)
 	}
 }
+
+// TestListAnswers304WhileItsETagMatches: the pending list carries a strong
+// ETag over what it returns; If-None-Match with it gets 304 and no body
+// until the list changes (a new request, a decision, an expiry), and each
+// approver's list has its own.
+func TestListAnswers304WhileItsETagMatches(t *testing.T) {
+	e := newEnv(t)
+	first := e.requested(agent, "42")
+	list := func(session, ifNoneMatch string) resp {
+		t.Helper()
+		r := req{method: "GET", path: "/api/approvals", session: session}
+		if ifNoneMatch != "" {
+			r.header = map[string]string{"If-None-Match": ifNoneMatch}
+		}
+		return e.do(r)
+	}
+	fresh := func(session, ifNoneMatch, why string) string {
+		t.Helper()
+		r := list(session, ifNoneMatch)
+		tag := r.header.Get("ETag")
+		if r.status != http.StatusOK || len(r.body) == 0 {
+			t.Fatalf("%s: %d %q, want 200 with the list", why, r.status, r.body)
+		}
+		if !strings.HasPrefix(tag, `"`) || !strings.HasSuffix(tag, `"`) || len(tag) < 3 {
+			t.Fatalf("%s: ETag %q, want a strong (quoted, not W/) entity tag", why, tag)
+		}
+		if tag == ifNoneMatch {
+			t.Fatalf("%s: the ETag did not change", why)
+		}
+		return tag
+	}
+	unchanged := func(session, tag, ifNoneMatch, why string) {
+		t.Helper()
+		r := list(session, ifNoneMatch)
+		if r.status != http.StatusNotModified || len(r.body) != 0 || r.header.Get("ETag") != tag {
+			t.Fatalf("%s: %d %q ETag %q, want 304 with no body and the same ETag", why, r.status, r.body, r.header.Get("ETag"))
+		}
+	}
+
+	tag := fresh("s-bob", "", "the first list")
+	unchanged("s-bob", tag, tag, "nothing changed")
+	unchanged("s-bob", tag, `"other", `+tag, "one of several tags")
+	unchanged("s-bob", tag, "W/"+tag, "the weak form (If-None-Match compares weakly)")
+	if r := list("s-bob", `"something else"`); r.status != http.StatusOK {
+		t.Fatalf("another tag: %d, want 200", r.status)
+	}
+	if r := list("", tag); r.status != http.StatusUnauthorized {
+		t.Fatalf("without a session, even with the tag: %d, want 401", r.status)
+	}
+	if alices := fresh("s-alice", "", "alice's list"); alices == tag {
+		t.Fatal("alice's list (selfRequested) has bob's ETag")
+	}
+
+	second := e.requested(agent, "43")
+	tag = fresh("s-bob", tag, "after a new request")
+	_ = e.requested(other, "44")
+	unchanged("s-bob", tag, tag, "after another tenant's request")
+	if r := e.decide("s-carol", first, true, "ok"); r.status != http.StatusOK {
+		t.Fatalf("carol approves: %d %s", r.status, r.body)
+	}
+	tag = fresh("s-bob", tag, "after a decision")
+	e.advance(16 * time.Minute)
+	tag = fresh("s-bob", tag, "after the last pending request expired")
+	if got := e.listed("s-bob"); len(got) != 0 {
+		t.Fatalf("bob lists %v after %s expired", got, second)
+	}
+	unchanged("s-bob", tag, tag, "an empty list, unchanged")
+}
+
+// TestSessionTellsThePageHowOftenToPoll: every 5 s by default.
+func TestSessionTellsThePageHowOftenToPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []approvalconsole.Option
+		want int64
+	}{
+		{"default", nil, 5000},
+		{"WithPollInterval", []approvalconsole.Option{approvalconsole.WithPollInterval(250 * time.Millisecond)}, 250},
+		{"not positive", []approvalconsole.Option{approvalconsole.WithPollInterval(0)}, 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.opts...)
+			var s approvalconsole.Session
+			if err := json.Unmarshal(e.do(req{method: "GET", path: "/api/session", session: "s-bob"}).body, &s); err != nil || s.PollMillis != tc.want {
+				t.Fatalf("pollMillis %d (%v), want %d", s.PollMillis, err, tc.want)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +235,119 @@ func TestBrowserWorksWithCredentialsInTheURL(t *testing.T) {
 	}
 	if rec := e.record(id); rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID {
 		t.Fatalf("the record after the click: %+v", rec)
+	}
+}
+
+// statuses counts the responses of each status code next serves.
+type statuses struct {
+	next        http.Handler
+	notModified chan struct{} // one value per 304, dropped when nobody waits
+}
+
+func (s *statuses) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &statusWriter{ResponseWriter: w}
+	s.next.ServeHTTP(rec, r)
+	if rec.status == http.StatusNotModified {
+		select {
+		case s.notModified <- struct{}{}:
+		default:
+		}
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+// appears waits, without reloading the page, until selector matches.
+func appears(selector string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](`document.querySelector(`+strconv.Quote(selector)+`) !== null`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))
+}
+
+// TestBrowserPendingListRefreshesItself: a request made after the page
+// loaded appears without a reload, a request decided elsewhere says so,
+// a comment being typed survives, and an unchanged list costs a 304.
+func TestBrowserPendingListRefreshesItself(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	first := e.requested(agent, "42")
+	counted := &statuses{notModified: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize, approvalconsole.WithPollInterval(200*time.Millisecond))))
+	counted.next = mux
+	srv := httptest.NewServer(counted)
+	defer srv.Close()
+
+	firstCard := `.approval[data-id="` + first + `"]`
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(firstCard)),
+		chromedp.SendKeys(chromedp.CSS(firstCard+" textarea.comment"), "checking with the customer"),
+	)
+	if err != nil {
+		t.Fatalf("the first approval: %v", err)
+	}
+
+	next := e.requested(agent, "43")
+	if err := chromedp.Do(ctx, appears(`.approval[data-id="`+next+`"]`)); err != nil {
+		t.Fatalf("a request made after the page loaded did not appear without a reload: %v", err)
+	}
+	comment, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(firstCard+" textarea.comment")+`).value`))
+	if err != nil || comment != "checking with the customer" {
+		t.Fatalf("the comment being typed is %q after a poll (%v), want it kept", comment, err)
+	}
+	select {
+	case <-counted.notModified:
+	case <-ctx.Done():
+		t.Fatal("the page never polled with If-None-Match, or never got a 304 for an unchanged list")
+	}
+
+	if r := e.decide("s-carol", first, false, "duplicate"); r.status != http.StatusOK {
+		t.Fatalf("carol rejects: %d %s", r.status, r.body)
+	}
+	if err := chromedp.Do(ctx, appears(firstCard+" .status.rejected")); err != nil {
+		t.Fatalf("a request decided elsewhere still looks pending: %v", err)
+	}
+	status, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(firstCard+" .status")))
+	if status != "rejected by carol: duplicate" {
+		t.Errorf("status line %q, want carol's rejection", status)
+	}
+	disabled, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector(`+strconv.Quote(firstCard+" button.approve")+`).disabled`))
+	if !disabled {
+		t.Error("the approve button of a rejected request is still enabled")
+	}
+}
+
+// TestBrowserPendingListRefreshesOnFocus: with a poll interval far away,
+// the window getting the focus asks for the list.
+func TestBrowserPendingListRefreshesOnFocus(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	first := e.requested(agent, "42")
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize, approvalconsole.WithPollInterval(time.Hour))))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(`.approval[data-id="`+first+`"]`)),
+	)
+	if err != nil {
+		t.Fatalf("the first approval: %v", err)
+	}
+	next := e.requested(agent, "43")
+	err = chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`window.dispatchEvent(new FocusEvent("focus"))`),
+		appears(`.approval[data-id="`+next+`"]`),
+	)
+	if err != nil {
+		t.Fatalf("a request made after the page loaded did not appear on focus: %v", err)
 	}
 }

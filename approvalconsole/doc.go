@@ -18,8 +18,8 @@
 // # Routes
 //
 //	GET  /                              the page (console.js, console.css beside it)
-//	GET  /api/session                   {"approver", "csrfToken", "csrfHeader"}
-//	GET  /api/approvals                 {"approvals": [...]}: the pending approvals
+//	GET  /api/session                   {"approver", "csrfToken", "csrfHeader", "pollMillis"}: a [Session]
+//	GET  /api/approvals                 {"approvals": [...]}: the pending approvals, oldest first, at most 100
 //	GET  /api/approvals/{id}            one [Approval], in any status
 //	POST /api/approvals/{id}/decision   {"approve": bool, "comment": string} → the [Approval]
 //
@@ -27,6 +27,35 @@
 // cross_origin, csrf_token, self_approval, approver_not_allowed; 404
 // not_found; 409 not_pending, expired; 400 bad_request; 415
 // unsupported_media_type; 503 unavailable. A refusal changes nothing.
+//
+// # Headers
+//
+// The console reads, besides whatever the [Authorizer] reads:
+// [TokenHeader] (Agentsafe-Csrf-Token) and Content-Type on a decision;
+// Sec-Fetch-Site and Origin, through [http.CrossOriginProtection], on a
+// decision; If-None-Match on GET /api/approvals. Every response carries
+// Content-Security-Policy (scripts, styles, images and fetches from the
+// page's own origin only; no inline script, no framing, no form
+// submission), X-Frame-Options: DENY, X-Content-Type-Options: nosniff,
+// Referrer-Policy: no-referrer and Cache-Control: no-store.
+//
+// GET /api/approvals carries a strong ETag over whom the list is for and
+// the id, status and decision time of each approval in it. A request whose
+// If-None-Match names it (or is "*"; the W/ prefix is ignored, as
+// If-None-Match compares weakly) gets 304 Not Modified with that ETag and
+// no body.
+//
+// # The page
+//
+// The page reads the session, then the pending list, and asks for the list
+// again every pollMillis ([WithPollInterval]; 5 seconds by default) and
+// whenever its window gets the focus, with the last ETag in If-None-Match,
+// so an unchanged list costs a 304. New requests are added as cards; cards
+// already shown are left as they are (a comment being typed survives); a
+// card whose request left the pending list without being decided on the
+// page is read again (GET /api/approvals/{id}) and shows what became of it
+// (approved or rejected by someone else, expired). The Refresh button reads
+// the session and the whole list again.
 //
 // The page calls the API at URLs built from its own origin and path, never
 // from its full address, so it also works when opened at an address with
