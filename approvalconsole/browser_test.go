@@ -351,3 +351,50 @@ func TestBrowserPendingListRefreshesOnFocus(t *testing.T) {
 		t.Fatalf("a request made after the page loaded did not appear on focus: %v", err)
 	}
 }
+
+// TestBrowserShowsServerTextAsTextNeverHTML: markup in what the server
+// sends (the input's view, a requester's id, another approver's comment,
+// read by a poll) is shown as text; no element is made of it.
+func TestBrowserShowsServerTextAsTextNeverHTML(t *testing.T) {
+	const probe = `<img src="x" class="xss" onerror="window.xss=1">`
+	ctx := browser(t)
+	e := newEnv(t)
+	requester := agent
+	requester.ID = "agent " + probe
+	id := e.requested(requester, "42")
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize,
+		approvalconsole.WithRedaction(func(middleware.ApprovalRecord) string { return "view " + probe }),
+		approvalconsole.WithPollInterval(100*time.Millisecond))))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	card := `.approval[data-id="` + id + `"]`
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(card)),
+	)
+	if err != nil {
+		t.Fatalf("the approval did not appear: %v", err)
+	}
+	if r := e.decide("s-carol", id, false, "comment "+probe); r.status != http.StatusOK {
+		t.Fatalf("carol rejects: %d %s", r.status, r.body)
+	}
+	if err := chromedp.Do(ctx, appears(card+" .status.rejected")); err != nil {
+		t.Fatalf("the rejection did not show: %v", err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"view " + probe, "agent " + probe, "comment " + probe} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the card does not show %q as text:\n%s", want, text)
+		}
+	}
+	made, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("img, .xss") !== null || window.xss === 1`))
+	if err != nil || made {
+		t.Fatalf("markup from the server became an element (%v)", err)
+	}
+}
