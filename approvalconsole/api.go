@@ -1,11 +1,16 @@
 package approvalconsole
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
@@ -48,11 +53,14 @@ func person(a middleware.Actor) Person {
 }
 
 // Session is what GET /api/session returns: who the console takes the
-// caller for, and the token their decisions must carry in TokenHeader.
+// caller for, the token their decisions must carry in TokenHeader, and
+// how often the page polls the pending list (see [WithPollInterval]).
 type Session struct {
 	Approver    Person `json:"approver"`
 	Token       string `json:"csrfToken"`
 	TokenHeader string `json:"csrfHeader"`
+	// PollMillis is the page's poll interval in milliseconds.
+	PollMillis int64 `json:"pollMillis"`
 }
 
 // DecisionRequest is the body of POST /api/approvals/{id}/decision.
@@ -118,7 +126,7 @@ func (c *console) session(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	reply(w, http.StatusOK, Session{Approver: person(a), Token: c.token(r, a), TokenHeader: TokenHeader})
+	reply(w, http.StatusOK, Session{Approver: person(a), Token: c.token(r, a), TokenHeader: TokenHeader, PollMillis: max(c.cfg.poll.Milliseconds(), 1)})
 }
 
 func (c *console) list(w http.ResponseWriter, r *http.Request) {
@@ -126,11 +134,8 @@ func (c *console) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	store := c.eng.Approvals()
-	if store == nil {
-		unavailable(w)
-		return
-	}
+	// The engine's List sees only its audience, and the store filters by
+	// tenant before its limit: another tenant's records never take a place.
 	recs, err := c.eng.List(r.Context(), middleware.ApprovalFilter{Tenant: a.Tenant, Status: middleware.ApprovalPending})
 	if err != nil {
 		unavailable(w)
@@ -138,13 +143,64 @@ func (c *console) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]Approval, 0, len(recs))
 	for _, rec := range recs {
-		if rec.Requester.Tenant == a.Tenant { // another tenant's requests are not theirs to see
+		if rec.Requester.Tenant == a.Tenant { // should a store ignore the tenant, it still leaks nothing
 			out = append(out, c.approval(rec, a))
 		}
+	}
+	tag := listETag(a, out)
+	w.Header().Set("ETag", tag)
+	if etagMatch(r.Header.Values("If-None-Match"), tag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
 	}
 	reply(w, http.StatusOK, struct {
 		Approvals []Approval `json:"approvals"`
 	}{out})
+}
+
+// listETag is the strong validator of a pending list: a hash of whom it
+// is for (selfRequested depends on the approver and whom they act for)
+// and of the id, status and decision time of each approval in it, in
+// order. Everything else an Approval shows is fixed when the request is
+// made.
+func listETag(approver middleware.Actor, list []Approval) string {
+	h := sha256.New()
+	field := func(s string) {
+		h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(s))))
+		h.Write([]byte(s))
+	}
+	field("agentsafe approval console list v1")
+	field(approver.Tenant)
+	field(approver.ID)
+	field(strconv.Itoa(len(approver.OnBehalfOf)))
+	for _, id := range approver.OnBehalfOf {
+		field(id)
+	}
+	for _, a := range list {
+		field(a.ID)
+		field(a.Status)
+		if a.Decided != nil {
+			field(a.Decided.UTC().Format(time.RFC3339Nano))
+		} else {
+			field("")
+		}
+	}
+	return `"` + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:18]) + `"`
+}
+
+// etagMatch reports whether an If-None-Match header (all its lines) names
+// tag, or is "*". If-None-Match compares weakly (RFC 9110, 13.1.2), so a
+// W/ prefix does not matter.
+func etagMatch(lines []string, tag string) bool {
+	for _, line := range lines {
+		for t := range strings.SplitSeq(line, ",") {
+			t = strings.TrimSpace(t)
+			if t == "*" || strings.TrimPrefix(t, "W/") == tag {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *console) get(w http.ResponseWriter, r *http.Request) {
@@ -159,19 +215,12 @@ func (c *console) get(w http.ResponseWriter, r *http.Request) {
 	reply(w, http.StatusOK, c.approval(rec, a))
 }
 
-// record reads the record named in the path, as a's to see, or answers.
+// record reads the record named in the path, as a's to see, or answers:
+// through the engine, which sees only its audience (a record of another
+// deployment sharing the store, like a malformed id, is not found), and
+// only in a's tenant.
 func (c *console) record(w http.ResponseWriter, r *http.Request, a middleware.Actor) (middleware.ApprovalRecord, bool) {
-	id := r.PathValue("id")
-	store := c.eng.Approvals()
-	if store == nil {
-		unavailable(w)
-		return middleware.ApprovalRecord{}, false
-	}
-	if !middleware.ValidApprovalID(id) {
-		fail(w, http.StatusNotFound, "not_found", "no such approval")
-		return middleware.ApprovalRecord{}, false
-	}
-	rec, err := store.Get(r.Context(), id)
+	rec, err := c.eng.Get(r.Context(), r.PathValue("id"))
 	switch {
 	case errors.Is(err, middleware.ErrApprovalNotFound) || err == nil && rec.Requester.Tenant != a.Tenant:
 		fail(w, http.StatusNotFound, "not_found", "no such approval")

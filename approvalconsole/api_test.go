@@ -303,3 +303,122 @@ func TestTrustedOriginMayDecide(t *testing.T) {
 		t.Fatalf("the trusted origin: %d %s, want 200", r.status, r.body)
 	}
 }
+
+// TestTokenHeaderIsAgentsafeCsrfToken: the decision token travels in
+// Agentsafe-Csrf-Token, as every agentsafe header is named, not X-….
+func TestTokenHeaderIsAgentsafeCsrfToken(t *testing.T) {
+	const name = "Agentsafe-Csrf-Token"
+	if approvalconsole.TokenHeader != name {
+		t.Fatalf("TokenHeader is %q, want %q", approvalconsole.TokenHeader, name)
+	}
+	e := newEnv(t)
+	r := e.do(req{method: "GET", path: "/api/session", session: "s-bob"})
+	var s approvalconsole.Session
+	if err := json.Unmarshal(r.body, &s); err != nil || s.TokenHeader != name {
+		t.Fatalf("the session tells the page to send the token in %q (%v), want %q", s.TokenHeader, err, name)
+	}
+	id := e.requested(agent, "42")
+	path := "/api/approvals/" + id + "/decision"
+	r = e.do(req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{"X-Agentsafe-Csrf-Token": s.Token, "Sec-Fetch-Site": "same-origin"}})
+	if r.status != http.StatusForbidden || r.errorCode() != "csrf_token" {
+		t.Fatalf("the token in the old X- header: %d %s, want 403 csrf_token", r.status, r.body)
+	}
+	if rec := e.record(id); rec.Status != middleware.ApprovalPending {
+		t.Fatalf("a refused decision changed the record: %s", rec.Status)
+	}
+	r = e.do(req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{name: s.Token, "Sec-Fetch-Site": "same-origin"}})
+	if r.status != http.StatusOK {
+		t.Fatalf("the token in %s: %d %s, want 200", name, r.status, r.body)
+	}
+}
+
+// TestListAnswers304WhileItsETagMatches: the pending list carries a strong
+// ETag over what it returns; If-None-Match with it gets 304 and no body
+// until the list changes (a new request, a decision, an expiry), and each
+// approver's list has its own.
+func TestListAnswers304WhileItsETagMatches(t *testing.T) {
+	e := newEnv(t)
+	first := e.requested(agent, "42")
+	list := func(session, ifNoneMatch string) resp {
+		t.Helper()
+		r := req{method: "GET", path: "/api/approvals", session: session}
+		if ifNoneMatch != "" {
+			r.header = map[string]string{"If-None-Match": ifNoneMatch}
+		}
+		return e.do(r)
+	}
+	fresh := func(session, ifNoneMatch, why string) string {
+		t.Helper()
+		r := list(session, ifNoneMatch)
+		tag := r.header.Get("ETag")
+		if r.status != http.StatusOK || len(r.body) == 0 {
+			t.Fatalf("%s: %d %q, want 200 with the list", why, r.status, r.body)
+		}
+		if !strings.HasPrefix(tag, `"`) || !strings.HasSuffix(tag, `"`) || len(tag) < 3 {
+			t.Fatalf("%s: ETag %q, want a strong (quoted, not W/) entity tag", why, tag)
+		}
+		if tag == ifNoneMatch {
+			t.Fatalf("%s: the ETag did not change", why)
+		}
+		return tag
+	}
+	unchanged := func(session, tag, ifNoneMatch, why string) {
+		t.Helper()
+		r := list(session, ifNoneMatch)
+		if r.status != http.StatusNotModified || len(r.body) != 0 || r.header.Get("ETag") != tag {
+			t.Fatalf("%s: %d %q ETag %q, want 304 with no body and the same ETag", why, r.status, r.body, r.header.Get("ETag"))
+		}
+	}
+
+	tag := fresh("s-bob", "", "the first list")
+	unchanged("s-bob", tag, tag, "nothing changed")
+	unchanged("s-bob", tag, `"other", `+tag, "one of several tags")
+	unchanged("s-bob", tag, "W/"+tag, "the weak form (If-None-Match compares weakly)")
+	if r := list("s-bob", `"something else"`); r.status != http.StatusOK {
+		t.Fatalf("another tag: %d, want 200", r.status)
+	}
+	if r := list("", tag); r.status != http.StatusUnauthorized {
+		t.Fatalf("without a session, even with the tag: %d, want 401", r.status)
+	}
+	if alices := fresh("s-alice", "", "alice's list"); alices == tag {
+		t.Fatal("alice's list (selfRequested) has bob's ETag")
+	}
+
+	second := e.requested(agent, "43")
+	tag = fresh("s-bob", tag, "after a new request")
+	_ = e.requested(other, "44")
+	unchanged("s-bob", tag, tag, "after another tenant's request")
+	if r := e.decide("s-carol", first, true, "ok"); r.status != http.StatusOK {
+		t.Fatalf("carol approves: %d %s", r.status, r.body)
+	}
+	tag = fresh("s-bob", tag, "after a decision")
+	e.advance(16 * time.Minute)
+	tag = fresh("s-bob", tag, "after the last pending request expired")
+	if got := e.listed("s-bob"); len(got) != 0 {
+		t.Fatalf("bob lists %v after %s expired", got, second)
+	}
+	unchanged("s-bob", tag, tag, "an empty list, unchanged")
+}
+
+// TestSessionTellsThePageHowOftenToPoll: every 5 s by default.
+func TestSessionTellsThePageHowOftenToPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []approvalconsole.Option
+		want int64
+	}{
+		{"default", nil, 5000},
+		{"WithPollInterval", []approvalconsole.Option{approvalconsole.WithPollInterval(250 * time.Millisecond)}, 250},
+		{"not positive", []approvalconsole.Option{approvalconsole.WithPollInterval(0)}, 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.opts...)
+			var s approvalconsole.Session
+			if err := json.Unmarshal(e.do(req{method: "GET", path: "/api/session", session: "s-bob"}).body, &s); err != nil || s.PollMillis != tc.want {
+				t.Fatalf("pollMillis %d (%v), want %d", s.PollMillis, err, tc.want)
+			}
+		})
+	}
+}

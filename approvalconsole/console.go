@@ -5,6 +5,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
 )
@@ -24,7 +25,11 @@ type config struct {
 	key     []byte
 	session func(*http.Request) string
 	origins []string
+	poll    time.Duration
 }
+
+// defaultPoll is how often the page asks for the pending list again.
+const defaultPoll = 5 * time.Second
 
 // WithRedaction sets what approvers see of a record's input: redact
 // receives the record and returns the text to show. By default the console
@@ -59,6 +64,15 @@ func WithTrustedOrigin(origin string) Option {
 	return optionFunc(func(c *config) { c.origins = append(c.origins, origin) })
 }
 
+// WithPollInterval sets how often the page asks for the pending list
+// again, so that new requests appear without a reload; it also asks
+// whenever its window gets the focus. Each poll sends the list's last ETag
+// in If-None-Match, so an unchanged list costs a 304 with no body. By
+// default (or when d is not positive) the page polls every 5 seconds.
+func WithPollInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.poll = d })
+}
+
 // Authorizer returns the approver a request is from, from the application's
 // own authentication (a session cookie, an SSO header set by a trusted
 // proxy): never from the request body. An error, or an actor without an
@@ -91,6 +105,9 @@ func New(eng *middleware.Engine, authorize Authorizer, opts ...Option) http.Hand
 		if o != nil {
 			o.apply(&c.cfg)
 		}
+	}
+	if c.cfg.poll <= 0 {
+		c.cfg.poll = defaultPoll
 	}
 	if len(c.cfg.key) == 0 {
 		c.cfg.key = make([]byte, 32)

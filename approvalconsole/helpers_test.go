@@ -98,15 +98,26 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...approvalconsole.Option) *env {
 	t.Helper()
+	return newEnvFor(t, "", nil, opts...)
+}
+
+// newEnvFor is newEnv for an engine of audience, on shared's store and
+// clock when shared is not nil: two deployments sharing one store.
+func newEnvFor(t *testing.T, audience string, shared *env, opts ...approvalconsole.Option) *env {
+	t.Helper()
 	e := &env{t: t, rec: &middleware.EventRecorder{}, now: time.Now().Truncate(time.Second)}
 	e.store = approvalstore.NewMemory(approvalstore.WithClock(e.clock))
+	if shared != nil {
+		e.store = shared.store
+	}
 	reg := middleware.NewRegistry().Register(procRefund, middleware.Capability{
 		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
 		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute},
 	})
 	var err error
 	e.eng, err = middleware.New(reg, middleware.WithApprovalStore(e.store), middleware.WithActor(actorOf),
-		middleware.WithApprovalView(redactedView), middleware.WithEventSink(e.rec), middleware.WithProtoFiles(nil))
+		middleware.WithApprovalView(redactedView), middleware.WithEventSink(e.rec), middleware.WithProtoFiles(nil),
+		middleware.WithAudience(audience))
 	if err != nil {
 		t.Fatal(err)
 	}
