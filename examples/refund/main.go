@@ -136,7 +136,7 @@ func printCurl(out io.Writer, url string) {
   # approve it: in the browser at %[1]s/console/ (bob / bob), or with the console's JSON API
   TOKEN=$(curl -s -u bob:bob %[1]s/console/api/session | sed 's/.*"csrfToken":"\([^"]*\)".*/\1/')
   curl -s -u bob:bob -X POST %[1]s/console/api/approvals/APPROVAL_ID/decision \
-    -H "X-Agentsafe-Csrf-Token: $TOKEN" -H 'Content-Type: application/json' -d '{"approve":true,"comment":"ok"}'
+    -H "Agentsafe-Csrf-Token: $TOKEN" -H 'Content-Type: application/json' -d '{"approve":true,"comment":"ok"}'
 
   # the same procedures as MCP tools (streamable HTTP), for an MCP client such as an agent:
   #   %[1]s/mcp  with the header  Authorization: Bearer agent-token
