@@ -228,7 +228,7 @@ func keys(m map[string]metricdata.Aggregation) []string {
 }
 
 func readCap(retries int, timeout time.Duration) middleware.Capability {
-	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxAttempts: retries, Backoff: 10 * time.Millisecond}}
+	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxRetries: retries, Backoff: 10 * time.Millisecond}}
 }
 
 var method = attribute.String("rpc.method", "test.v1.Svc/Read")

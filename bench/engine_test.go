@@ -21,7 +21,7 @@ var sink any
 // (go-retry's exponential backoff needs a positive base).
 func engine(b *testing.B) *middleware.Engine {
 	eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{
-		SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Nanosecond}}),
+		SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}}),
 		middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)

@@ -128,7 +128,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 // replaying it, and of buffering the response.
 func BenchmarkNetHTTP(b *testing.B) {
 	eng, err := middleware.New(middleware.NewRegistry().Register("upload", middleware.Capability{
-		SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1}}),
+		SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1}}),
 		middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)

@@ -41,14 +41,14 @@ var (
 
 func capabilities() map[Fixture]middleware.Capability {
 	return map[Fixture]middleware.Capability{
-		FixtureRead:  {SideEffect: middleware.SideEffectRead, Timeout: attemptTimeout, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}},
+		FixtureRead:  {SideEffect: middleware.SideEffectRead, Timeout: attemptTimeout, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}},
 		FixtureWrite: {SideEffect: middleware.SideEffectWrite, Timeout: attemptTimeout},
 		FixtureIdempotentWrite: {SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: attemptTimeout,
-			Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}},
+			Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}},
 		FixtureSlow:  {SideEffect: middleware.SideEffectRead, Timeout: slowTimeout},
 		FixtureGated: {SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true, Type: "manager"}},
 		// Retries configured, so an adapter that retried a stream would show.
-		FixtureStream: {SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}},
+		FixtureStream: {SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}},
 	}
 }
 
@@ -308,8 +308,8 @@ var adapterRules = []adapterRule{
 			s.Errorf("%s: envelope %+v: one attempt, and not retryable for the caller (a re-invocation would run it again)", rule, r.Envelope)
 		}
 	}},
-	{name: "Retry/attempts are bounded by MaxAttempts and counted", check: func(s *suite) {
-		const rule = "MaxAttempts counts re-attempts after the first run"
+	{name: "Retry/attempts are bounded by MaxRetries and counted", check: func(s *suite) {
+		const rule = "MaxRetries counts re-attempts after the first run"
 		req := s.request(ModeFlaky)
 		req.FailTimes = 10
 		r := s.call(FixtureRead, req, "")

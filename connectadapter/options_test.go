@@ -30,7 +30,7 @@ func TestMethodOptionsAndRegistryOverride(t *testing.T) {
 		t.Run("options", func(t *testing.T) {
 			srv := newServer(t, serverConfig{})
 			c, ok := srv.guard.Engine().Lookup(procRead)
-			if !ok || c.Description != "Reads a test record." || c.Retry.MaxAttempts != 2 || c.Timeout != time.Second {
+			if !ok || c.Description != "Reads a test record." || c.Retry.MaxRetries != 2 || c.Timeout != time.Second {
 				t.Fatalf("Read's capability %+v (ok=%t), want the method option's", c, ok)
 			}
 			res, err := srv.client(t, p).Read(t.Context(), request(&testv1.Request{FailTimes: 1, FailCode: "unavailable"}))
@@ -46,7 +46,7 @@ func TestMethodOptionsAndRegistryOverride(t *testing.T) {
 				Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Description: "no retries here"}).
 				Register(procUngoverned, middleware.Capability{SideEffect: middleware.SideEffectNone})
 			srv := newServer(t, serverConfig{reg: reg})
-			if c, _ := srv.guard.Engine().Lookup(procRead); c.Description != "no retries here" || c.Retry.MaxAttempts != 0 {
+			if c, _ := srv.guard.Engine().Lookup(procRead); c.Description != "no retries here" || c.Retry.MaxRetries != 0 {
 				t.Fatalf("Read's capability %+v, want the registry's, replacing the option as a whole", c)
 			}
 			client := srv.client(t, p)
@@ -104,8 +104,8 @@ func TestInvalidOptionsFailAtBuild(t *testing.T) {
 	}{
 		{"retry on a non-idempotent write", &agentsafev1.Capability{
 			SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_EXTERNAL,
-			Retry:      &agentsafev1.Retry{MaxAttempts: 2},
-		}, []string{"/pay.v1.Payments/Charge (option): Retry.MaxAttempts", "may only be retried when declared Idempotent"}},
+			Retry:      &agentsafev1.Retry{MaxRetries: 2},
+		}, []string{"/pay.v1.Payments/Charge (option): Retry.MaxRetries", "may only be retried when declared Idempotent"}},
 		{"unknown enum values", &agentsafev1.Capability{
 			SideEffect: agentsafev1.SideEffect(99),
 			Risk:       agentsafev1.Risk(42),
@@ -134,7 +134,7 @@ func TestInvalidOptionsFailAtBuild(t *testing.T) {
 	}
 	t.Run("valid", func(t *testing.T) {
 		if _, err := connectadapter.New(nil, middleware.WithProtoFiles(paymentsFile(t, &agentsafev1.Capability{
-			SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_EXTERNAL, Idempotent: true, Retry: &agentsafev1.Retry{MaxAttempts: 2},
+			SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_EXTERNAL, Idempotent: true, Retry: &agentsafev1.Retry{MaxRetries: 2},
 		}))); err != nil {
 			t.Fatalf("an idempotent external capability with retries is valid: %v", err)
 		}
@@ -150,8 +150,8 @@ func TestInvalidOptionsFailAtBuild(t *testing.T) {
 		}
 	})
 	t.Run("registry", func(t *testing.T) {
-		_, err := connectadapter.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxAttempts: 1}}))
-		if err == nil || !strings.Contains(err.Error(), procWrite+" (registry): Retry.MaxAttempts") {
+		_, err := connectadapter.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxRetries: 1}}))
+		if err == nil || !strings.Contains(err.Error(), procWrite+" (registry): Retry.MaxRetries") {
 			t.Fatalf("New: %v, want the registry entry refused", err)
 		}
 	})

@@ -55,7 +55,7 @@ func TestStream(t *testing.T) {
 		t.Run("never retried", func(t *testing.T) {
 			// Retry metadata is valid for a read, but a stream cannot be replayed.
 			reg := middleware.NewRegistry().Register(procStream, middleware.Capability{
-				SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond},
+				SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond},
 			})
 			srv := newServer(t, serverConfig{reg: reg})
 			stream, err := srv.client(t, p).Stream(t.Context(), request(&testv1.Request{Count: 1, FailCode: "unavailable"}))

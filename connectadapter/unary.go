@@ -33,7 +33,7 @@ func (i *Interceptor) unary(ctx context.Context, req connect.AnyRequest, next co
 		// The engine reads the input (digest, approval) before any attempt
 		// starts, so the original message is safe to bind.
 		call.Input = middleware.ProtoInput(msg)
-		if c, _ := i.eng.Lookup(procedure); c.Retry.MaxAttempts > 0 {
+		if c, _ := i.eng.Lookup(procedure); c.Retry.MaxRetries > 0 {
 			u.snapshot = proto.Clone(msg)
 		}
 	}

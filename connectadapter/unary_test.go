@@ -140,7 +140,7 @@ func TestCallerLeavingIsCancelledWithoutRetry(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				started := make(chan struct{}, 8)
 				reg := middleware.NewRegistry().Register(procRead, middleware.Capability{
-					SideEffect: middleware.SideEffectRead, Timeout: time.Minute, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond},
+					SideEffect: middleware.SideEffectRead, Timeout: time.Minute, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond},
 				})
 				srv := newServer(t, serverConfig{reg: reg, handle: func(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
 					started <- struct{}{}
@@ -200,7 +200,7 @@ func TestContextStatusIsTheContextsOutcome(t *testing.T) {
 	var runs atomic.Int32
 	srv := newServer(t, serverConfig{
 		reg: middleware.NewRegistry().Register("/agentsafe.test.v1.TestService/Read", middleware.Capability{
-			SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}),
+			SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}),
 		handle: func(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
 			if runs.Add(1) > 1 {
 				return answer(ctx, req), nil

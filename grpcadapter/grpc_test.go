@@ -214,7 +214,7 @@ func TestHandlerHonouringItsContextIsTimeoutNotFailure(t *testing.T) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}}
 	reg := middleware.NewRegistry().Register(testv1.TestService_Read_FullMethodName, middleware.Capability{
-		SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}})
+		SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}})
 	c := testv1.NewTestServiceClient(serve(t, newEngine(t, reg), svc))
 	_, err := c.Slow(t.Context(), &testv1.Request{})
 	if status.Code(err) != codes.DeadlineExceeded || detail(t, err).GetCode() != "TIMEOUT" {

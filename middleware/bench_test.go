@@ -17,7 +17,7 @@ func noop(context.Context) (any, error) { return nil, nil }
 // function directly; report both with -benchmem and compare in one run.
 func BenchmarkGoverned(b *testing.B) {
 	eng, err := middleware.New(middleware.NewRegistry().
-		Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Nanosecond}}), middleware.WithProtoFiles(nil))
+		Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}}), middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)
 	}

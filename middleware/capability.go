@@ -89,11 +89,11 @@ type Capability struct {
 
 // Retry configures runtime retries of one capability.
 type Retry struct {
-	// MaxAttempts is the number of runtime re-attempts AFTER the first run:
+	// MaxRetries is the number of runtime re-attempts AFTER the first run:
 	// 1 means at most 2 runs of the handler. (gRPC's maxAttempts counts the
 	// first run; this does not.) Zero, the default, never retries. A
 	// write-like capability may only set it when Idempotent is true.
-	MaxAttempts int
+	MaxRetries int
 	// Backoff is the base of the exponential backoff: Backoff·2^(n−1) is
 	// waited before re-attempt n. Zero means 250ms; negative is invalid.
 	Backoff time.Duration
@@ -142,7 +142,7 @@ func (c Capability) Hints() Hints {
 // retryAllowed is the retry-safety rule of the design note, checked at build
 // time by validation and again at run time by the engine.
 func (c Capability) retryAllowed() bool {
-	if c.Retry.MaxAttempts <= 0 {
+	if c.Retry.MaxRetries <= 0 {
 		return false
 	}
 	return !c.SideEffect.WriteLike() || c.Idempotent

@@ -9,7 +9,7 @@
 //	reg := middleware.NewRegistry().
 //		Register("/orders.v1.OrderService/GetOrder", middleware.Capability{
 //			SideEffect: middleware.SideEffectRead,
-//			Retry:      middleware.Retry{MaxAttempts: 2}, // at most 3 runs
+//			Retry:      middleware.Retry{MaxRetries: 2}, // at most 3 runs
 //		})
 //	eng, err := middleware.New(reg, middleware.WithEventSink(middleware.NewSlogSink(nil)))
 //	// ...
@@ -31,7 +31,7 @@
 //     handler returns OR the attempt's context ends, whichever is first
 //     ("bounded reporting"); a late result is discarded and reported as
 //     capability.abandoned_result. A failed attempt is retried only when
-//     every condition holds: retries remain (Retry.MaxAttempts counts
+//     every condition holds: retries remain (Retry.MaxRetries counts
 //     re-attempts AFTER the first run), the error is retryable, the
 //     capability is none/read or declared Idempotent, Retry.RetryOn does not
 //     veto, and the caller's deadline outlasts the backoff. A write-like

@@ -16,7 +16,7 @@ func Example() {
 	reg := middleware.NewRegistry().Register("/orders.v1.OrderService/GetOrder", middleware.Capability{
 		SideEffect: middleware.SideEffectRead,
 		Timeout:    time.Second,
-		Retry:      middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond},
+		Retry:      middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond},
 	})
 	// The service's generated code is not linked into this example, so the
 	// engine is told to know no descriptors.
@@ -50,11 +50,11 @@ func Example() {
 func ExampleNew_validation() {
 	reg := middleware.NewRegistry().Register("/payments.v1.Payments/Charge", middleware.Capability{
 		SideEffect: middleware.SideEffectExternal,
-		Retry:      middleware.Retry{MaxAttempts: 3},
+		Retry:      middleware.Retry{MaxRetries: 3},
 	})
 	_, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	fmt.Println(err)
 	// Output:
 	// agentsafe: 1 invalid capability metadata problem(s):
-	// 	/payments.v1.Payments/Charge (registry): Retry.MaxAttempts: side effect external is write-like: it may only be retried when declared Idempotent (got MaxAttempts 3 without Idempotent)
+	// 	/payments.v1.Payments/Charge (registry): Retry.MaxRetries: side effect external is write-like: it may only be retried when declared Idempotent (got MaxRetries 3 without Idempotent)
 }

@@ -330,14 +330,14 @@ func (e *Engine) List(ctx context.Context, f ApprovalFilter) ([]ApprovalRecord, 
 // lease is how long an execution of c may run, at most, plus a grace: the
 // time after which a consumed approval without an outcome is in_doubt.
 func (e *Engine) lease(c *capability) time.Duration {
-	total := c.timeout * time.Duration(c.Retry.MaxAttempts+1)
+	total := c.timeout * time.Duration(c.Retry.MaxRetries+1)
 	if c.SideEffect.WriteLike() {
 		// Before each re-attempt a write may wait one more timeout for the
 		// attempt it abandoned.
-		total += c.timeout * time.Duration(c.Retry.MaxAttempts)
+		total += c.timeout * time.Duration(c.Retry.MaxRetries)
 	}
 	wait := c.backoff
-	for range c.Retry.MaxAttempts {
+	for range c.Retry.MaxRetries {
 		total += min(wait, e.cfg.maxBackoff) + e.cfg.jitter
 		wait *= 2
 	}

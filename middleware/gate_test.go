@@ -90,7 +90,7 @@ func (g *gated) approve(id string) {
 }
 
 var gatedCap = middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Risk: middleware.RiskHigh,
-	Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}, Approval: middleware.Approval{Required: true, Type: "manager"}}
+	Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}, Approval: middleware.Approval{Required: true, Type: "manager"}}
 
 func TestApprovalLifecycle(t *testing.T) {
 	g := newGated(t, gatedCap)

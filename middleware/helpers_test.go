@@ -114,5 +114,5 @@ func wantCode(t *testing.T, env middleware.Envelope, err error, code middleware.
 }
 
 func read(retries int, timeout time.Duration) middleware.Capability {
-	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxAttempts: retries, Backoff: 10 * time.Millisecond}}
+	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxRetries: retries, Backoff: 10 * time.Millisecond}}
 }

@@ -18,7 +18,7 @@ func TestRetrySafetyIsRecheckedAtRunTime(t *testing.T) {
 	}
 	const proc = "/bypass.V1/Write"
 	for _, se := range []SideEffect{SideEffectWrite, SideEffectDestructive, SideEffectExternal} {
-		e.caps[proc] = e.resolve(proc, Capability{SideEffect: se, Retry: Retry{MaxAttempts: 5, Backoff: time.Millisecond}})
+		e.caps[proc] = e.resolve(proc, Capability{SideEffect: se, Retry: Retry{MaxRetries: 5, Backoff: time.Millisecond}})
 		var runs atomic.Int32
 		_, env, _ := e.Execute(context.Background(), Call{Procedure: proc}, func(context.Context) (any, error) {
 			runs.Add(1)
@@ -38,7 +38,7 @@ func TestLeaseCoversTheWaitForAnAbandonedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry := Retry{MaxAttempts: 2, Backoff: time.Millisecond}
+	retry := Retry{MaxRetries: 2, Backoff: time.Millisecond}
 	read := e.resolve("/r", Capability{SideEffect: SideEffectRead, Timeout: time.Second, Retry: retry})
 	write := e.resolve("/w", Capability{SideEffect: SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: retry})
 	if read.lease < 3*time.Second+3*time.Millisecond {

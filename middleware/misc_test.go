@@ -65,7 +65,7 @@ func TestUngovernedProceduresPassThroughUnlessStrict(t *testing.T) {
 
 func TestStreamRunsOnceSynchronouslyWithIDs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxAttempts: 3}})
+		f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxRetries: 3}})
 		var runs atomic.Int32
 		env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) error {
 			runs.Add(1)

@@ -48,8 +48,8 @@ func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 		Idempotent:  pc.GetIdempotent(),
 		ToolName:    pc.GetToolName(),
 		Streaming:   md.IsStreamingClient() || md.IsStreamingServer(),
-		Retry:       Retry{MaxAttempts: int(pc.GetRetry().GetMaxAttempts())},
-		Approval:    Approval{Required: pc.GetApproval().GetRequired(), Type: pc.GetApproval().GetType()},
+		Retry:       Retry{MaxRetries: int(pc.GetRetry().GetMaxRetries())},
+		Approval:    Approval{Required: pc.GetApproval().GetRequired(), Type: pc.GetApproval().GetType(), Quorum: int(pc.GetApproval().GetQuorum())},
 	}
 	// The enums share their numbering with SideEffect and Risk (shifted by
 	// the unspecified value), so unknown numbers become invalid values that

@@ -24,7 +24,7 @@ func TestMethodOptionsAreReadAtStartUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, ok := eng.Lookup("/agentsafe.test.v1.TestService/Read")
-	if !ok || c.SideEffect != middleware.SideEffectRead || c.Retry.MaxAttempts != 2 || c.Retry.Backoff != time.Millisecond || c.Timeout != time.Second {
+	if !ok || c.SideEffect != middleware.SideEffectRead || c.Retry.MaxRetries != 2 || c.Retry.Backoff != time.Millisecond || c.Timeout != time.Second {
 		t.Errorf("Read from options = %+v, %v", c, ok)
 	}
 	c, _ = eng.Lookup("/agentsafe.test.v1.TestService/Gated")
@@ -46,7 +46,7 @@ func TestRegistryReplacesTheOptionAsAWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := eng.Lookup("/agentsafe.test.v1.TestService/Read")
-	if c.SideEffect != middleware.SideEffectNone || c.Retry.MaxAttempts != 0 || c.Description != "overridden" {
+	if c.SideEffect != middleware.SideEffectNone || c.Retry.MaxRetries != 0 || c.Description != "overridden" {
 		t.Errorf("override = %+v; the registry entry must replace the option whole", c)
 	}
 	// A registry entry cannot make a streaming method gated: the descriptor knows.
@@ -73,7 +73,7 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 		Dependency:  []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
 		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M")}},
 		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Bad"), Method: []*descriptorpb.MethodDescriptorProto{
-			method("RetriedWrite", &agentsafev1.Capability{SideEffect: write, Retry: &agentsafev1.Retry{MaxAttempts: 2}}, false, 0),
+			method("RetriedWrite", &agentsafev1.Capability{SideEffect: write, Retry: &agentsafev1.Retry{MaxRetries: 2}}, false, 0),
 			method("UnknownEnum", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect(77)}, false, 0),
 			method("Unspecified", &agentsafev1.Capability{}, false, 0),
 			method("NoSideEffectsWrite", &agentsafev1.Capability{SideEffect: write}, false, descriptorpb.MethodOptions_NO_SIDE_EFFECTS),
@@ -103,7 +103,7 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 		t.Fatalf("New accepted invalid options: %v", err)
 	}
 	for _, want := range []string{
-		"/bad.v1.Bad/RetriedWrite (option): Retry.MaxAttempts: side effect write is write-like",
+		"/bad.v1.Bad/RetriedWrite (option): Retry.MaxRetries: side effect write is write-like",
 		"/bad.v1.Bad/UnknownEnum (option): SideEffect: must be one of",
 		"SideEffect(77)",
 		"/bad.v1.Bad/Unspecified (option): SideEffect",

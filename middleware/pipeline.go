@@ -295,7 +295,7 @@ func (x *execution) loop(fn AttemptFunc) (any, *Error) {
 // backoff against the caller's deadline.
 func (x *execution) retryEligible(err *Error, n int) bool {
 	c := x.cap
-	if n > c.Retry.MaxAttempts || !err.Retryable || err.Code == CodeCancelled {
+	if n > c.Retry.MaxRetries || !err.Retryable || err.Code == CodeCancelled {
 		return false
 	}
 	// The retry-safety rule, again at run time: never trust that

@@ -148,11 +148,11 @@ func TestWriteLikeRetriedOnlyWhenIdempotentAndConfigured(t *testing.T) {
 		cap      middleware.Capability
 		wantRuns int32
 	}{
-		{"read with retry", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}, 3},
-		{"none with retry", middleware.Capability{SideEffect: middleware.SideEffectNone, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}, 2},
-		{"idempotent write with retry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}, 2},
-		{"idempotent destructive with retry", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}, 3},
-		{"idempotent external with retry", middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}, 2},
+		{"read with retry", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}, 3},
+		{"none with retry", middleware.Capability{SideEffect: middleware.SideEffectNone, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}, 2},
+		{"idempotent write with retry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}, 2},
+		{"idempotent destructive with retry", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Idempotent: true, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}, 3},
+		{"idempotent external with retry", middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}, 2},
 		{"idempotent write without retry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true}, 1},
 		{"plain write", middleware.Capability{SideEffect: middleware.SideEffectWrite}, 1},
 		{"read without retry", middleware.Capability{SideEffect: middleware.SideEffectRead}, 1},
@@ -174,15 +174,15 @@ func TestWriteLikeRetriedOnlyWhenIdempotentAndConfigured(t *testing.T) {
 	}
 }
 
-func TestMaxAttemptsCountsReattemptsAfterTheFirst(t *testing.T) {
+func TestMaxRetriesCountsReattemptsAfterTheFirst(t *testing.T) {
 	for retries := range 4 {
-		t.Run(fmt.Sprint("MaxAttempts=", retries), func(t *testing.T) {
+		t.Run(fmt.Sprint("MaxRetries=", retries), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture(t, procRead, read(retries, time.Second))
 				var runs atomic.Int32
 				_, env, _ := f.run(t.Context(), procRead, func(context.Context) (any, error) { runs.Add(1); return nil, errTransient })
 				if int(runs.Load()) != retries+1 || env.Attempts != retries+1 {
-					t.Fatalf("MaxAttempts %d ran %d times, want %d", retries, runs.Load(), retries+1)
+					t.Fatalf("MaxRetries %d ran %d times, want %d", retries, runs.Load(), retries+1)
 				}
 				if ev := f.final(env.ExecutionID); ev.Attempts != retries+1 || ev.Code != middleware.CodeExecutionFailed || !ev.Retryable {
 					t.Errorf("failed event %+v, want attempts %d, EXECUTION_FAILED, retryable", ev, retries+1)
@@ -357,7 +357,7 @@ func TestBackoffIsExponentialFromTheBase(t *testing.T) {
 func TestWriteReattemptNeverOverlapsThePreviousAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 100 * time.Millisecond,
-			Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}
+			Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}
 		f := newFixture(t, procIdemWrite, c)
 		var running, maxRunning, runs atomic.Int32
 		_, env, err := f.run(t.Context(), procIdemWrite, func(ctx context.Context) (any, error) {
@@ -385,7 +385,7 @@ func TestWriteReattemptNeverOverlapsThePreviousAttempt(t *testing.T) {
 func TestWriteEndsTimeoutWhenTheAbandonedAttemptNeverReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 100 * time.Millisecond,
-			Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}
+			Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}
 		f := newFixture(t, procIdemWrite, c)
 		var runs atomic.Int32
 		start := time.Now()

@@ -110,8 +110,8 @@ func validate(procedure, source string, c Capability, problems []*FieldError) []
 	if c.Timeout < 0 {
 		add("Timeout", "must not be negative (got %s)", c.Timeout)
 	}
-	if c.Retry.MaxAttempts < 0 {
-		add("Retry.MaxAttempts", "must not be negative (got %d)", c.Retry.MaxAttempts)
+	if c.Retry.MaxRetries < 0 {
+		add("Retry.MaxRetries", "must not be negative (got %d)", c.Retry.MaxRetries)
 	}
 	if c.Retry.Backoff < 0 {
 		add("Retry.Backoff", "must not be negative (got %s)", c.Retry.Backoff)
@@ -122,8 +122,8 @@ func validate(procedure, source string, c Capability, problems []*FieldError) []
 	if c.Approval.ExpiresIn < 0 {
 		add("Approval.ExpiresIn", "must not be negative (got %s)", c.Approval.ExpiresIn)
 	}
-	if c.Retry.MaxAttempts > 0 && c.SideEffect.WriteLike() && !c.Idempotent {
-		add("Retry.MaxAttempts", "side effect %s is write-like: it may only be retried when declared Idempotent (got MaxAttempts %d without Idempotent)", c.SideEffect, c.Retry.MaxAttempts)
+	if c.Retry.MaxRetries > 0 && c.SideEffect.WriteLike() && !c.Idempotent {
+		add("Retry.MaxRetries", "side effect %s is write-like: it may only be retried when declared Idempotent (got MaxRetries %d without Idempotent)", c.SideEffect, c.Retry.MaxRetries)
 	}
 	if c.Approval.Required && c.Streaming {
 		add("Approval.Required", "a streaming procedure cannot require approval: an approval binds one input")

@@ -14,18 +14,18 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 		Register("/s.V1/Unspecified", middleware.Capability{}).
 		Register("/s.V1/UnknownSideEffect", middleware.Capability{SideEffect: middleware.SideEffect(42)}).
 		Register("/s.V1/UnknownRisk", middleware.Capability{SideEffect: middleware.SideEffectRead, Risk: middleware.Risk(9)}).
-		Register("/s.V1/RetriedWrite", middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxAttempts: 1}}).
-		Register("/s.V1/RetriedDestructive", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Retry: middleware.Retry{MaxAttempts: 2}}).
-		Register("/s.V1/RetriedExternal", middleware.Capability{SideEffect: middleware.SideEffectExternal, Retry: middleware.Retry{MaxAttempts: 3}}).
+		Register("/s.V1/RetriedWrite", middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxRetries: 1}}).
+		Register("/s.V1/RetriedDestructive", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Retry: middleware.Retry{MaxRetries: 2}}).
+		Register("/s.V1/RetriedExternal", middleware.Capability{SideEffect: middleware.SideEffectExternal, Retry: middleware.Retry{MaxRetries: 3}}).
 		Register("/s.V1/NegativeTimeout", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: -time.Second}).
-		Register("/s.V1/NegativeAttempts", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: -1}}).
+		Register("/s.V1/NegativeAttempts", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: -1}}).
 		Register("/s.V1/NegativeBackoff", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{Backoff: -time.Millisecond}}).
 		Register("/s.V1/NegativeExpiry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, ExpiresIn: -time.Minute}}).
 		Register("/s.V1/GatedStream", middleware.Capability{SideEffect: middleware.SideEffectWrite, Streaming: true, Approval: middleware.Approval{Required: true}}).
 		Register("", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
-		Register("/s.V1/Fine", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1}})
+		Register("/s.V1/Fine", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1}})
 
 	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
 	if eng != nil || err == nil {
@@ -35,11 +35,11 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 		{"/s.V1/Unspecified", "SideEffect", "never inferred"},
 		{"/s.V1/UnknownSideEffect", "SideEffect", "SideEffect(42)"},
 		{"/s.V1/UnknownRisk", "Risk", "Risk(9)"},
-		{"/s.V1/RetriedWrite", "Retry.MaxAttempts", "side effect write is write-like: it may only be retried when declared Idempotent"},
-		{"/s.V1/RetriedDestructive", "Retry.MaxAttempts", "side effect destructive is write-like"},
-		{"/s.V1/RetriedExternal", "Retry.MaxAttempts", "side effect external is write-like"},
+		{"/s.V1/RetriedWrite", "Retry.MaxRetries", "side effect write is write-like: it may only be retried when declared Idempotent"},
+		{"/s.V1/RetriedDestructive", "Retry.MaxRetries", "side effect destructive is write-like"},
+		{"/s.V1/RetriedExternal", "Retry.MaxRetries", "side effect external is write-like"},
 		{"/s.V1/NegativeTimeout", "Timeout", "must not be negative"},
-		{"/s.V1/NegativeAttempts", "Retry.MaxAttempts", "must not be negative"},
+		{"/s.V1/NegativeAttempts", "Retry.MaxRetries", "must not be negative"},
 		{"/s.V1/NegativeBackoff", "Retry.Backoff", "must not be negative"},
 		{"/s.V1/NegativeExpiry", "Approval.ExpiresIn", "must not be negative"},
 		{"/s.V1/GatedStream", "Approval.Required", "streaming procedure cannot require approval"},

@@ -23,7 +23,7 @@ func TestStressExactlyOneEnvelopeAndFinalEvent(t *testing.T) {
 		reg := middleware.NewRegistry().
 			Register(procRead, read(2, 20*time.Millisecond)).
 			Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: 20 * time.Millisecond}).
-			Register(procIdemWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 20 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
+			Register(procIdemWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 20 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
 		eng, err := middleware.New(reg, middleware.WithEventSink(rec), middleware.WithMaxAbandoned(executions*3), middleware.WithProtoFiles(nil))
 		if err != nil {
 			t.Fatal(err)

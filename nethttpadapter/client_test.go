@@ -136,7 +136,7 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 	}
 
 	executions := make(chan middleware.Execution, 4)
-	cap := middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}
+	cap := middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}
 	h := newHarness(t, middleware.NewRegistry().Register("pay", cap), func(eng *middleware.Engine) http.Handler {
 		return nethttpadapter.Wrap(eng, "pay", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			x, _ := middleware.ExecutionFromContext(r.Context())

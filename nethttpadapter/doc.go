@@ -6,7 +6,7 @@
 //			SideEffect: middleware.SideEffectWrite,
 //			Idempotent: true,
 //			Timeout:    5 * time.Second,
-//			Retry:      middleware.Retry{MaxAttempts: 1},
+//			Retry:      middleware.Retry{MaxRetries: 1},
 //		})
 //	eng, err := middleware.New(reg)
 //	// ...

@@ -25,7 +25,7 @@ func TestAbandonedAttemptNeverReachesClient(t *testing.T) {
 		afterResponse = make(chan struct{}) // the client has its response
 		lateErr       = make(chan error, 1) // attempt 1's write after that
 	)
-	cap := read(middleware.Capability{Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}})
+	cap := read(middleware.Capability{Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}})
 	h := newHarness(t, middleware.NewRegistry().Register("r", cap), func(eng *middleware.Engine) http.Handler {
 		return nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			x, _ := middleware.ExecutionFromContext(r.Context())
@@ -74,7 +74,7 @@ func TestBodyReplayedToEveryAttempt(t *testing.T) {
 	const sent = "{ \"amount\" : 42,\n  \"currency\": \"EUR\" }" // not canonical: bytes as sent
 	var bodies [3][]byte
 	var lengths [3]int64
-	cap := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}
+	cap := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}
 	h := newHarness(t, middleware.NewRegistry().Register("w", cap), func(eng *middleware.Engine) http.Handler {
 		return nethttpadapter.Wrap(eng, "w", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			x, _ := middleware.ExecutionFromContext(r.Context())
@@ -179,7 +179,7 @@ func TestResponseBufferIsBounded(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	writeErr := make(chan error, 4)
-	cap := read(middleware.Capability{Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
+	cap := read(middleware.Capability{Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
 	h := newHarness(t, middleware.NewRegistry().Register("r", cap), func(eng *middleware.Engine) http.Handler {
 		return nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)

@@ -65,7 +65,7 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 		t.Parallel()
 		var runs atomic.Int32
 		reg := middleware.NewRegistry().Register("POST /items/{id}", middleware.Capability{
-			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond},
+			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond},
 		})
 		h := newHarness(t, reg, func(eng *middleware.Engine) http.Handler {
 			mux := http.NewServeMux()

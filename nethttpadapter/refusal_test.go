@@ -94,7 +94,7 @@ func TestOversizeBodyIsRefusedAndNothingRuns(t *testing.T) {
 func TestHandlerPanicIsConcealed(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
-	cap := read(middleware.Capability{Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
+	cap := read(middleware.Capability{Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
 	h := newHarness(t, middleware.NewRegistry().Register("p", cap).Register("abort", cap), func(eng *middleware.Engine) http.Handler {
 		mux := http.NewServeMux()
 		mux.Handle("/p", nethttpadapter.Wrap(eng, "p", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

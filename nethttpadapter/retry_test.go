@@ -31,7 +31,7 @@ func scripted(runs *atomic.Int32, statuses ...int) http.Handler {
 
 func TestRetriesOnlyWhereAllowed(t *testing.T) {
 	t.Parallel()
-	fast := func(n int) middleware.Retry { return middleware.Retry{MaxAttempts: n, Backoff: time.Millisecond} }
+	fast := func(n int) middleware.Retry { return middleware.Retry{MaxRetries: n, Backoff: time.Millisecond} }
 	cases := []struct {
 		name       string
 		cap        middleware.Capability
@@ -43,7 +43,7 @@ func TestRetriesOnlyWhereAllowed(t *testing.T) {
 		{"a read is retried on 503 and 502", read(middleware.Capability{Retry: fast(2)}), []int{503, 502}, 3, 200, "ok 3"},
 		{"a read is retried on 504", read(middleware.Capability{Retry: fast(1)}), []int{504}, 2, 200, "ok 2"},
 		{"a read is not retried on 500", read(middleware.Capability{Retry: fast(2)}), []int{500}, 1, 500, "attempt 1 failed"},
-		{"retries stop at MaxAttempts re-attempts", read(middleware.Capability{Retry: fast(1)}), []int{503, 503, 503}, 2, 503, "attempt 2 failed"},
+		{"retries stop at MaxRetries re-attempts", read(middleware.Capability{Retry: fast(1)}), []int{503, 503, 503}, 2, 503, "attempt 2 failed"},
 		{"a read without retries runs once", read(middleware.Capability{}), []int{503}, 1, 503, "attempt 1 failed"},
 		{"a write that is not idempotent is never retried", middleware.Capability{SideEffect: middleware.SideEffectWrite}, []int{503}, 1, 503, "attempt 1 failed"},
 		{"an external effect is never retried", middleware.Capability{SideEffect: middleware.SideEffectExternal}, []int{502}, 1, 502, "attempt 1 failed"},
@@ -130,7 +130,7 @@ func TestTimeoutVersusCancellation(t *testing.T) {
 		t.Parallel()
 		var runs atomic.Int32
 		started, ended := make(chan struct{}, 4), make(chan error, 4)
-		cap := read(middleware.Capability{Timeout: time.Minute, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
+		cap := read(middleware.Capability{Timeout: time.Minute, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
 		h := newHarness(t, middleware.NewRegistry().Register("slow", cap), func(eng *middleware.Engine) http.Handler {
 			inner := blockUntilDone(started, ended)
 			return nethttpadapter.Wrap(eng, "slow", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -17,7 +17,7 @@ func TestStreamMode(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	next := make(chan struct{})
-	cap := read(middleware.Capability{Streaming: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
+	cap := read(middleware.Capability{Streaming: true, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
 	reg := middleware.NewRegistry().Register("GET /events", cap).Register("fails", cap).Register("panics", cap).Register("breaks", cap)
 	h := newHarness(t, reg, func(eng *middleware.Engine) http.Handler {
 		mux := http.NewServeMux()

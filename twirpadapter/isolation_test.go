@@ -46,7 +46,7 @@ func TestAbandonedAttemptNeverReachesClient(t *testing.T) {
 				return nil, nil // the service's default answer
 			}}
 			reg := middleware.NewRegistry().Register(procRead, middleware.Capability{
-				SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond},
+				SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond},
 			})
 			h := newHarness(t, reg, svc)
 			ctx, header := withHeaders(t.Context())

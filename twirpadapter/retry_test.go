@@ -24,7 +24,7 @@ func TestRetriesOnlyWhereAllowed(t *testing.T) {
 		retryable bool
 	}{
 		{"a read is retried on unavailable", read, &testv1.Request{FailTimes: 2}, 3, twirp.NoError, false},
-		{"retries stop after MaxAttempts re-attempts", read, &testv1.Request{FailTimes: 5}, 3, twirp.Unavailable, true},
+		{"retries stop after MaxRetries re-attempts", read, &testv1.Request{FailTimes: 5}, 3, twirp.Unavailable, true},
 		{"a read is not retried on a permanent error", read, &testv1.Request{FailTimes: 1, FailCode: "invalid_argument"}, 1, twirp.InvalidArgument, false},
 		{"a plain error is not retried", read, &testv1.Request{FailTimes: 1, FailCode: "plain"}, 1, twirp.Internal, false},
 		{"a write that is not idempotent is never retried", write, &testv1.Request{FailTimes: 1}, 1, twirp.Unavailable, false},
@@ -91,7 +91,7 @@ func TestTimeoutVersusCancellation(t *testing.T) {
 					return nil, twirp.NewError(twirp.Unavailable, "gave up") // transient, yet never retried
 				}}
 				reg := middleware.NewRegistry().Register(procRead, middleware.Capability{
-					SideEffect: middleware.SideEffectRead, Timeout: time.Minute, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond},
+					SideEffect: middleware.SideEffectRead, Timeout: time.Minute, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond},
 				})
 				h := newHarness(t, reg, svc)
 				ctx, cancel := context.WithCancel(t.Context())

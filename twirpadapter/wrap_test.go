@@ -44,7 +44,7 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 	t.Run("registry governs a method without an option", func(t *testing.T) {
 		t.Parallel()
 		reg := middleware.NewRegistry().Register(procUngoverned, middleware.Capability{
-			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond},
+			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond},
 		})
 		h := newHarness(t, reg, &service{})
 		resp, err := h.client(testv1.NewTestServiceJSONClient).Ungoverned(t.Context(), &testv1.Request{FailTimes: 1})

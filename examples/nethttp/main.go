@@ -33,9 +33,9 @@ func main() {
 func run() error {
 	reg := middleware.NewRegistry().
 		Register("get-order", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second,
-			Retry: middleware.Retry{MaxAttempts: 2, Backoff: 20 * time.Millisecond}}).
+			Retry: middleware.Retry{MaxRetries: 2, Backoff: 20 * time.Millisecond}}).
 		Register("refund-order", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 2 * time.Second,
-			Retry: middleware.Retry{MaxAttempts: 1, Backoff: 20 * time.Millisecond}})
+			Retry: middleware.Retry{MaxRetries: 1, Backoff: 20 * time.Millisecond}})
 	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf method options
 	if err != nil {
 		return err
