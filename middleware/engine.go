@@ -43,6 +43,8 @@ type capability struct {
 	// abandoned counts attempts left behind at their deadline that have not
 	// returned yet.
 	abandoned atomic.Int64
+	// route is what adapters resolve the procedure to.
+	route *route
 }
 
 // New validates every capability of reg (which may be nil) and of the
@@ -145,17 +147,8 @@ func (e *Engine) resolve(proc string, c Capability) *capability {
 		rc.expiresIn = e.cfg.defaultExpiry
 	}
 	rc.lease = e.lease(rc)
+	rc.route = &route{e: e, proc: proc, cap: rc, governed: true}
 	return rc
-}
-
-// Lookup returns the capability governing procedure with its defaults
-// resolved (Timeout, Retry.Backoff and Approval.ExpiresIn filled in).
-func (e *Engine) Lookup(procedure string) (Capability, bool) {
-	c, ok := e.caps[procedure]
-	if !ok {
-		return Capability{}, false
-	}
-	return c.resolved(), true
 }
 
 func (c *capability) resolved() Capability {
@@ -164,12 +157,11 @@ func (c *capability) resolved() Capability {
 	return out
 }
 
-// Governs reports whether a call to procedure ends in an envelope: it has a
+// governs reports whether a call to procedure ends in an envelope: it has a
 // capability, its linked descriptor declares one the engine was not built
 // with (such a call fails closed), or the engine is strict and the
 // procedure is not exempt.
-// Adapters pass other calls straight to the handler.
-func (e *Engine) Governs(procedure string) bool {
+func (e *Engine) governs(procedure string) bool {
 	if _, ok := e.caps[procedure]; ok || e.undeclared[procedure] {
 		return true
 	}

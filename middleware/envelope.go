@@ -22,8 +22,8 @@ func (s Status) String() string {
 	return "unknown"
 }
 
-// ParseStatus returns the status whose wire name is s.
-func ParseStatus(s string) (Status, bool) {
+// parseStatus returns the status whose wire name is s.
+func parseStatus(s string) (Status, bool) {
 	for i, name := range statusNames {
 		if i > 0 && name == s {
 			return Status(i), true
@@ -57,11 +57,11 @@ type EnvelopeError struct {
 	Retryable bool
 }
 
-// StatusOf returns the envelope status of an execution that ended with c:
+// Status returns the envelope status of an execution that ended with c:
 // completed for CodeOK, cancelled for TIMEOUT and CANCELLED,
 // approval_required for APPROVAL_REQUIRED, failed for the rest. Client
 // helpers use it to rebuild an envelope from the code on the wire.
-func StatusOf(c Code) Status {
+func (c Code) Status() Status {
 	switch c {
 	case CodeOK:
 		return StatusCompleted

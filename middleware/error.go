@@ -20,8 +20,12 @@ type Error struct {
 	// wire the engine narrows it to "safe for the caller to re-invoke".
 	Retryable bool
 	// Cause is the underlying error, for errors.Is/As and events. It never
-	// reaches the wire.
+	// reaches the wire, except as a framework's own error (see own).
 	Cause error
+	// own marks the error of an execution that failed with a framework's
+	// own error (a *connect.Error, a gRPC status, a twirp.Error, a net/http
+	// 5xx): Cause passes to the wire unchanged.
+	own bool
 }
 
 // NewError returns an error with code and message.

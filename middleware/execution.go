@@ -63,7 +63,7 @@ func ExecutionFromContext(ctx context.Context) (Execution, bool) {
 		ID:             x.id,
 		IdempotencyKey: x.idempotencyKey,
 		Attempt:        a.n,
-		Procedure:      x.call.Procedure,
+		Procedure:      x.proc,
 		Actor:          x.actor,
 		Approval:       x.approval,
 	}, true

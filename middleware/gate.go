@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentsafe/agentsafe/internal/digest"
 	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/internal/seam"
 )
 
 // ApprovalQuery is what an approval condition (see [WithApprovalCondition])
@@ -15,8 +17,18 @@ type ApprovalQuery struct {
 	Procedure  string
 	Capability Capability
 	Actor      Actor
-	// Input is the call's input; Input.JSON() shows it as JSON.
-	Input Input
+	input      seam.Input
+}
+
+// Input returns the call's input as JSON: a JSON body, or the pinned
+// protojson rendering of a protobuf message; nil for an input that is not
+// JSON, or a call without one. It has passed the I-JSON check the input
+// digest applies, so it means one thing to every reader.
+func (q ApprovalQuery) Input() ([]byte, error) {
+	if q.input == nil {
+		return nil, nil
+	}
+	return q.input.JSON()
 }
 
 // storeTimeout bounds the store calls the engine makes outside a caller's
@@ -57,7 +69,7 @@ func (x *execution) approvalRequired() (bool, string, *Error) {
 	if cond == nil {
 		return false, "", nil
 	}
-	required, reason, err := cond(x.ctx, ApprovalQuery{Procedure: x.call.Procedure, Capability: x.cap.resolved(), Actor: x.actor, Input: x.call.Input})
+	required, reason, err := cond(x.ctx, ApprovalQuery{Procedure: x.proc, Capability: x.cap.resolved(), Actor: x.actor, input: x.call.Input})
 	if err != nil {
 		return false, "", &Error{Code: CodeApprovalUnavailable, Message: "could not decide whether the call needs approval", Retryable: true, Cause: err}
 	}
@@ -73,7 +85,7 @@ func (x *execution) requestApproval(store ApprovalStore, reason string) *Error {
 	rec, err := store.Create(x.ctx, ApprovalRequest{
 		ID:          NewApprovalID(),
 		Audience:    x.e.cfg.audience,
-		Procedure:   x.call.Procedure,
+		Procedure:   x.proc,
 		Type:        c.Approval.Type,
 		Requester:   x.actor,
 		RequestedBy: x.id,
@@ -89,11 +101,11 @@ func (x *execution) requestApproval(store ApprovalStore, reason string) *Error {
 	}
 	x.approvalID = rec.ID
 	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: reason})
-	msg := fmt.Sprintf("%s needs an approval", x.call.Procedure)
+	msg := fmt.Sprintf("%s needs an approval", x.proc)
 	if c.Approval.Type != "" {
-		msg = fmt.Sprintf("%s needs an approval by a %s", x.call.Procedure, c.Approval.Type)
+		msg = fmt.Sprintf("%s needs an approval by a %s", x.proc, c.Approval.Type)
 	}
-	return &Error{Code: CodeApprovalRequired, Message: msg + "; once approved, call again with the same input and header " + HeaderApprovalID + ": " + rec.ID}
+	return &Error{Code: CodeApprovalRequired, Message: msg + "; once approved, call again with the same input and header " + seam.HeaderApprovalID + ": " + rec.ID}
 }
 
 func (x *execution) approvalView() (string, error) {
@@ -105,7 +117,7 @@ func (x *execution) approvalView() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return view(x.ctx, x.call.Procedure, in)
+	return view(x.ctx, x.proc, in)
 }
 
 func (x *execution) consumeApproval(store ApprovalStore) *Error {
@@ -113,7 +125,7 @@ func (x *execution) consumeApproval(store ApprovalStore) *Error {
 	x.approvalID = id
 	req := ConsumeRequest{
 		Audience:    x.e.cfg.audience,
-		Procedure:   x.call.Procedure,
+		Procedure:   x.proc,
 		Type:        x.cap.Approval.Type,
 		Quorum:      x.cap.Approval.Quorum,
 		Actor:       x.actor,
@@ -343,3 +355,5 @@ func (e *Engine) lease(c *capability) time.Duration {
 	}
 	return total + leaseGrace
 }
+
+func (e *Engine) keyedDigest(d string) string { return digest.Keyed(e.cfg.digestKey, d) }

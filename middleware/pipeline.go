@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -16,54 +15,18 @@ import (
 	retry "github.com/sethvargo/go-retry"
 )
 
-// Call is one incoming call, as an adapter hands it to the engine.
-type Call struct {
-	// Procedure names the capability: "/package.Service/Method" for RPC
-	// frameworks, the registered name for net/http routes.
-	Procedure string
-	// Input is the call's input in bindable form, used for the input digest
-	// (events and approvals). Nil means there is nothing to bind.
-	Input Input
-	// ApprovalID is the raw value of the Agentsafe-Approval-Id request
-	// header, or empty.
-	ApprovalID string
-}
-
-// AttemptFunc runs one attempt. ctx carries the attempt's deadline and the
-// execution (see [ExecutionFromContext]); the returned value is handed back
-// from [Engine.Execute] only if this attempt is the one finalized. Each call
-// must use its own copy of the input and its own sink for response headers:
-// an abandoned attempt may still be running while the next one starts.
-type AttemptFunc func(ctx context.Context) (any, error)
-
 // errAttemptTimeout is the cause an attempt's own timer cancels it with, so
 // that context.Cause tells a timeout from the caller leaving.
 var errAttemptTimeout = errors.New("agentsafe: attempt timed out")
 
-// Execute governs one call: it opens an execution, runs attempts of fn under
-// the capability's timeout and retry rules, and finalizes exactly once. It
-// returns the value the finalized attempt returned (also when it returned
-// an error with it, so an adapter can write that attempt's own response;
-// nil when no attempt returned in time or none ran), the envelope, and, on
-// failure, an *[Error] whose Cause is what the handler returned.
-//
-// A procedure the engine does not govern (see [Engine.Governs]) passes
-// through: fn runs once on ctx and the envelope is the zero value.
-func (e *Engine) Execute(ctx context.Context, call Call, fn AttemptFunc) (any, Envelope, error) {
-	if fn == nil {
-		return nil, Envelope{}, &Error{Code: CodeInvalidArgument, Message: "agentsafe: Execute needs a non-nil AttemptFunc"}
-	}
-	c, ok := e.caps[call.Procedure]
-	if !ok {
-		if !e.Governs(call.Procedure) {
-			return passThrough(ctx, fn)
-		}
-		c = &capability{procedure: call.Procedure}
-	}
-	x := e.open(ctx, call, c, false)
-	if !ok {
+// execute governs one call of c's procedure: it opens an execution, runs
+// attempts of fn under the capability's timeout and retry rules, and
+// finalizes exactly once (see route.Execute).
+func (e *Engine) execute(ctx context.Context, proc string, c *capability, call *seam.Call, fn seam.Attempt) (any, Envelope, error) {
+	x := e.open(ctx, proc, call, c, false)
+	if c == nil {
 		x.requested()
-		return x.finish(nil, e.notFound(call.Procedure))
+		return x.finish(nil, e.notFound(proc))
 	}
 	if err := x.admit(); err != nil {
 		return x.finish(nil, err)
@@ -76,39 +39,16 @@ func (e *Engine) Execute(ctx context.Context, call Call, fn AttemptFunc) (any, E
 		return x.finish(nil, x.cancelled())
 	}
 	x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})
-	v, env, err := x.finish(x.loop(fn))
-	reraiseAbort(err)
-	return v, env, err
+	return x.finish(x.loop(fn))
 }
 
-// reraiseAbort re-raises http.ErrAbortHandler on the serving goroutine once
-// the execution is finalized: a handler panics with it to abort the
-// response on purpose, and only the server may recover it.
-func reraiseAbort(err error) {
-	if p, ok := errors.AsType[*PanicError](err); ok && p.Value == http.ErrAbortHandler {
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// Refuse records a governed call that its adapter cannot even hand to the
-// engine — its input could not be read, for example a body over the
-// adapter's limit — as an execution finalized at once with err: the caller
-// still gets an execution id, and the audit trail shows the refusal.
-// Nothing runs. A procedure the engine does not govern gets a zero
-// envelope and err back.
-func (e *Engine) Refuse(ctx context.Context, call Call, err *Error) (Envelope, error) {
+// refuse records a governed call that its adapter cannot even hand to the
+// engine as an execution finalized at once with err (see route.Refuse).
+func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call *seam.Call, err *Error) (Envelope, error) {
 	if err == nil {
 		err = &Error{Code: CodeInvalidArgument, Message: "the call was refused"}
 	}
-	c, ok := e.caps[call.Procedure]
-	if !ok {
-		if !e.Governs(call.Procedure) {
-			return Envelope{}, err
-		}
-		c = &capability{procedure: call.Procedure}
-	}
-	call.Input = nil // nothing was read to bind
-	x := e.open(ctx, call, c, false)
+	x := e.open(ctx, proc, &seam.Call{ApprovalID: call.ApprovalID, Surface: call.Surface}, c, false) // nothing was read to bind
 	x.requested()
 	_, env, ferr := x.finish(nil, err)
 	return env, ferr
@@ -122,18 +62,14 @@ func (e *Engine) notFound(procedure string) *Error {
 	return &Error{Code: CodeCapabilityNotFound, Message: fmt.Sprintf("no capability is registered for %q", procedure)}
 }
 
-func passThrough(ctx context.Context, fn AttemptFunc) (any, Envelope, error) {
-	v, err := fn(ctx)
-	return v, Envelope{}, err
-}
-
 // execution is the state of one governed call. Only the goroutine running
 // Execute writes it after open; attempt goroutines read what was written
 // before they started.
 type execution struct {
 	e              *Engine
 	cap            *capability
-	call           Call
+	proc           string
+	call           *seam.Call
 	ctx            context.Context // the caller's, with the tracer's values
 	sinkCtx        context.Context // ctx, never cancelled
 	id             string
@@ -165,8 +101,11 @@ type execution struct {
 
 // open starts stage 2: the execution's ids and its actor. Nothing is
 // emitted yet: admit decides when the trail starts.
-func (e *Engine) open(ctx context.Context, call Call, c *capability, streaming bool) *execution {
-	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
+func (e *Engine) open(ctx context.Context, proc string, call *seam.Call, c *capability, streaming bool) *execution {
+	if c == nil { // a governed call with no capability: only refused
+		c = &capability{procedure: proc}
+	}
+	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
 	if e.cfg.newID == nil {
 		x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
 	} else {
@@ -216,13 +155,13 @@ func (x *execution) admit() *Error {
 // cheapChecks is stage 2a: what costs nothing to refuse.
 func (x *execution) cheapChecks() *Error {
 	if x.call.ApprovalID != "" && !ValidApprovalID(x.call.ApprovalID) {
-		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", HeaderApprovalID, len(x.call.ApprovalID))}
+		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", seam.HeaderApprovalID, len(x.call.ApprovalID))}
 	}
 	if x.actorErr != nil {
 		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: x.actorErr}
 	}
 	if x.cap.abandoned.Load() >= int64(x.e.cfg.maxAbandoned) {
-		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.call.Procedure)}
+		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.proc)}
 	}
 	return nil
 }
@@ -236,7 +175,7 @@ func (x *execution) bind() *Error {
 	if x.call.Input == nil || x.streaming || !(strict || len(x.e.sinks) > 0 || x.e.cfg.tracer != nil) {
 		return nil
 	}
-	d, err := x.call.Input.digest(x.call.Procedure)
+	d, err := x.call.Input.Digest(x.proc)
 	if err != nil {
 		if strict {
 			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
@@ -258,7 +197,7 @@ func (x *execution) requested() {
 }
 
 // loop is stage 5, the only stage that retries.
-func (x *execution) loop(fn AttemptFunc) (any, *Error) {
+func (x *execution) loop(fn seam.Attempt) (any, *Error) {
 	var backoff retry.Backoff
 	for n := 1; ; n++ {
 		a := x.startAttempt(n, fn)
@@ -423,7 +362,7 @@ type attemptResult struct {
 	ctxEnded bool
 }
 
-func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
+func (x *execution) startAttempt(n int, fn seam.Attempt) *attempt {
 	a := &x.first
 	if n > 1 {
 		a = new(attempt)
@@ -445,7 +384,7 @@ func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
 // state out of running first owns the outcome: this goroutine (the result
 // is delivered) or the Execute goroutine (the attempt was abandoned and the
 // result is reported, never used).
-func (a *attempt) run(fn AttemptFunc) {
+func (a *attempt) run(fn seam.Attempt) {
 	var r attemptResult
 	defer func() {
 		if p := recover(); p != nil {
@@ -469,7 +408,7 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 	if x.consumed {
 		x.lateReturn(a, x.lateCode(a, r))
 	}
-	if r.panic == nil && isContextError(r.err) {
+	if r.panic == nil && x.stopped(r.err) {
 		return // it stopped because its context ended: nothing landed late that it knows of
 	}
 	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID}
@@ -486,7 +425,7 @@ func (x *execution) lateCode(a *attempt, r attemptResult) Code {
 		return CodeExecutionFailed
 	case r.err == nil:
 		return CodeOK
-	case isContextError(r.err):
+	case x.stopped(r.err):
 		return x.contextError(a).Code
 	}
 	return CodeOf(r.err)
@@ -545,8 +484,10 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 			return nil, x.contextError(a) // it gave up when told to
 		}
 		return r.v, nil // an implicit success
-	case ctxEnded && isContextError(r.err):
-		return nil, x.contextError(a) // the handler honoured its context
+	case ctxEnded && x.stopped(r.err):
+		// The handler honoured its context, or its framework answered for
+		// it: the engine classifies by the context's cause.
+		return nil, x.contextError(a)
 	}
 	out := &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Retryable: x.e.classify(r.err), Cause: r.err}
 	if declared, ok := errors.AsType[*Error](r.err); ok {
@@ -556,8 +497,34 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 		if declared.Message != "" {
 			out.Message = declared.Message
 		}
+	} else if code, msg, ok := x.status(r.err); ok {
+		// A framework's own error passes to the wire unchanged; the
+		// envelope says what its message says, and Unavailable is
+		// transient.
+		out.Message, out.own = msg, true
+		out.Retryable = out.Retryable || code == seam.CodeUnavailable
 	}
 	return r.v, out // the value too: adapters write a failed attempt's own response
+}
+
+// status asks the adapter whether err is one of its framework's own
+// errors, and its canonical code.
+func (x *execution) status(err error) (code uint32, message string, ok bool) {
+	if x.call.Status == nil {
+		return 0, "", false
+	}
+	return x.call.Status(err)
+}
+
+// stopped reports whether err says the handler stopped because its context
+// ended: the context's own error, or a framework's cancel or deadline
+// status (which does not wrap it).
+func (x *execution) stopped(err error) bool {
+	if isContextError(err) {
+		return true
+	}
+	code, _, ok := x.status(err)
+	return ok && (code == seam.CodeCanceled || code == seam.CodeDeadlineExceeded)
 }
 
 func isContextError(err error) bool {
@@ -573,8 +540,19 @@ func (x *execution) contextError(a *attempt) *Error {
 	return x.cancelled()
 }
 
+// cancelled is the caller leaving. When its own deadline passed, the cause
+// says so (context.DeadlineExceeded is in its chain) even under a custom
+// cause: the wire reports it as every gRPC server does, DeadlineExceeded.
 func (x *execution) cancelled() *Error {
-	return &Error{Code: CodeCancelled, Message: "the caller cancelled the call", Cause: context.Cause(x.ctx)}
+	cause := context.Cause(x.ctx)
+	if errors.Is(x.ctx.Err(), context.DeadlineExceeded) && !errors.Is(cause, context.DeadlineExceeded) {
+		cause = fmt.Errorf("%w: %w", context.DeadlineExceeded, cause)
+	}
+	msg := "the caller cancelled the call"
+	if errors.Is(cause, context.DeadlineExceeded) {
+		msg = "the caller's deadline passed"
+	}
+	return &Error{Code: CodeCancelled, Message: msg, Cause: cause}
 }
 
 // finish is stage 6 and 7: the one place an envelope is built. The guard
@@ -585,7 +563,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	}
 	env := Envelope{
 		ExecutionID: x.id,
-		Procedure:   x.call.Procedure,
+		Procedure:   x.proc,
 		Status:      StatusCompleted,
 		Attempts:    x.attempts,
 		Duration:    x.e.cfg.now().Sub(x.start),
@@ -594,7 +572,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	code := CodeOK
 	if err != nil {
 		code = err.Code
-		env.Status = StatusOf(code)
+		env.Status = code.Status()
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
 	}
 	if x.consumed {
@@ -648,7 +626,7 @@ func (x *execution) emit(ev Event) {
 	}
 	ev.Time = x.e.cfg.now()
 	ev.ExecutionID = x.id
-	ev.Procedure = x.call.Procedure
+	ev.Procedure = x.proc
 	ev.Actor = x.actor.Ref()
 	ev.InputDigest = x.eventDigest
 	ev.SideEffect = x.cap.SideEffect

@@ -91,7 +91,7 @@ func (x *execution) startTracing(streaming bool) {
 	}
 	ctx, end := t.StartExecution(x.ctx, ExecutionInfo{
 		ID:          x.id,
-		Procedure:   x.call.Procedure,
+		Procedure:   x.proc,
 		Actor:       x.actor.Ref(),
 		InputDigest: x.eventDigest,
 		SideEffect:  x.cap.SideEffect,
