@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strings"
 	"sync"
@@ -412,7 +413,7 @@ func TestApprovalFlow(t *testing.T) {
 	// The decision, inside the approver's own request span.
 	f.clock.advance(90 * time.Second)
 	ctx, decideSpan := f.tp.Tracer("console").Start(t.Context(), "POST /api/approvals/{id}/decision")
-	if _, err := f.eng.Decide(ctx, req.ApprovalID, middleware.Decision{Approve: true, Approver: boss, Comment: "customer called; " + secret}); err != nil {
+	if _, err := f.eng.Decide(ctx, req.ApprovalID, store.Decision{Approve: true, Approver: boss, Comment: "customer called; " + secret}); err != nil {
 		t.Fatal(err)
 	}
 	decideSpan.End()

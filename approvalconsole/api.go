@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"mime"
 	"net/http"
 	"strconv"
@@ -83,19 +84,19 @@ const (
 	maxComment = 2000
 )
 
-func (c *console) view(rec middleware.ApprovalRecord) string {
+func (c *console) view(rec store.ApprovalRecord) string {
 	if c.cfg.redact != nil {
 		return c.cfg.redact(rec)
 	}
 	return rec.View
 }
 
-func (c *console) approval(rec middleware.ApprovalRecord, approver middleware.Actor) Approval {
+func (c *console) approval(rec store.ApprovalRecord, approver middleware.Actor) Approval {
 	a := Approval{
 		ID: rec.ID, Procedure: rec.Procedure, Type: rec.Type, Requester: person(rec.Requester),
-		Reasons: rec.Reasons, View: c.view(rec), Effect: rec.SideEffect.String(), Risk: rec.Risk.String(),
+		Reasons: rec.Reasons, View: c.view(rec), Effect: rec.SideEffect, Risk: rec.Risk,
 		Status: rec.Status.String(), Requested: rec.RequestedAt, Expires: rec.ExpiresAt,
-		SelfRequested: errors.Is(middleware.CheckApprover(rec.Requester, approver, false), middleware.ErrSelfApproval),
+		SelfRequested: errors.Is(store.CheckApprover(rec.Requester, approver, false), store.ErrSelfApproval),
 	}
 	if a.Reasons == nil {
 		a.Reasons = []string{}
@@ -136,7 +137,7 @@ func (c *console) list(w http.ResponseWriter, r *http.Request) {
 	}
 	// The engine's List sees only its audience, and the store filters by
 	// tenant before its limit: another tenant's records never take a place.
-	recs, err := c.eng.List(r.Context(), middleware.ApprovalFilter{Tenant: a.Tenant, Status: middleware.ApprovalPending})
+	recs, err := c.eng.List(r.Context(), store.ApprovalFilter{Tenant: a.Tenant, Status: store.ApprovalPending})
 	if err != nil {
 		unavailable(w)
 		return
@@ -219,15 +220,15 @@ func (c *console) get(w http.ResponseWriter, r *http.Request) {
 // through the engine, which sees only its audience (a record of another
 // deployment sharing the store, like a malformed id, is not found), and
 // only in a's tenant.
-func (c *console) record(w http.ResponseWriter, r *http.Request, a middleware.Actor) (middleware.ApprovalRecord, bool) {
+func (c *console) record(w http.ResponseWriter, r *http.Request, a middleware.Actor) (store.ApprovalRecord, bool) {
 	rec, err := c.eng.Get(r.Context(), r.PathValue("id"))
 	switch {
-	case errors.Is(err, middleware.ErrApprovalNotFound) || err == nil && rec.Requester.Tenant != a.Tenant:
+	case errors.Is(err, store.ErrApprovalNotFound) || err == nil && rec.Requester.Tenant != a.Tenant:
 		fail(w, http.StatusNotFound, "not_found", "no such approval")
-		return middleware.ApprovalRecord{}, false
+		return store.ApprovalRecord{}, false
 	case err != nil:
 		unavailable(w)
-		return middleware.ApprovalRecord{}, false
+		return store.ApprovalRecord{}, false
 	}
 	return rec, true
 }
@@ -266,7 +267,7 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 	if _, ok := c.record(w, r, a); !ok {
 		return
 	}
-	rec, err := c.eng.Decide(r.Context(), r.PathValue("id"), middleware.Decision{Approve: *body.Approve, Approver: a, Comment: body.Comment})
+	rec, err := c.eng.Decide(r.Context(), r.PathValue("id"), store.Decision{Approve: *body.Approve, Approver: a, Comment: body.Comment})
 	if err != nil {
 		decisionError(w, err)
 		return
@@ -278,15 +279,15 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 // the store checks before it writes, in one step.
 func decisionError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, middleware.ErrSelfApproval):
+	case errors.Is(err, store.ErrSelfApproval):
 		fail(w, http.StatusForbidden, "self_approval", "you may not decide a request you made or that was made on your behalf (self-approval is refused)")
-	case errors.Is(err, middleware.ErrApproverNotAllowed):
+	case errors.Is(err, store.ErrApproverNotAllowed):
 		fail(w, http.StatusForbidden, "approver_not_allowed", "you are not allowed to decide this approval")
-	case errors.Is(err, middleware.ErrApprovalNotFound):
+	case errors.Is(err, store.ErrApprovalNotFound):
 		fail(w, http.StatusNotFound, "not_found", "no such approval")
-	case errors.Is(err, middleware.ErrApprovalExpired):
+	case errors.Is(err, store.ErrApprovalExpired):
 		fail(w, http.StatusConflict, "expired", "the approval expired before it was decided")
-	case errors.Is(err, middleware.ErrNotPending):
+	case errors.Is(err, store.ErrNotPending):
 		fail(w, http.StatusConflict, "not_pending", "the approval is no longer pending: it was decided already")
 	default:
 		unavailable(w)

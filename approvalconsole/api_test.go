@@ -2,6 +2,7 @@ package approvalconsole_test
 
 import (
 	"encoding/json"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,7 +58,7 @@ func TestGetShowsOneApproval(t *testing.T) {
 	}{
 		{"pending, to a manager of the tenant", "s-bob", id, http.StatusOK},
 		{"another tenant's", "s-bob", foreign, http.StatusNotFound},
-		{"unknown", "s-bob", middleware.NewApprovalID(), http.StatusNotFound},
+		{"unknown", "s-bob", store.NewApprovalID(), http.StatusNotFound},
 		{"malformed", "s-bob", "apr_nope", http.StatusNotFound},
 		{"unauthorized", "", id, http.StatusUnauthorized},
 	} {
@@ -91,7 +92,7 @@ func TestApproveThroughTheAPIThenTheAgentResumesOnce(t *testing.T) {
 		t.Errorf("decision reply %s", r.body)
 	}
 	rec := e.record(id)
-	if rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called" {
+	if rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called" {
 		t.Fatalf("record after approving: %+v", rec)
 	}
 	if evs := e.rec.Events(); evs[len(evs)-1].Type != middleware.EventApproved || evs[len(evs)-1].Duration != 2*time.Minute {
@@ -115,7 +116,7 @@ func TestRejectThroughTheAPI(t *testing.T) {
 	if r := e.decide("s-bob", id, false, "amount too high"); r.status != http.StatusOK {
 		t.Fatalf("reject: %d %s", r.status, r.body)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalRejected {
+	if rec := e.record(id); rec.Status != store.ApprovalRejected {
 		t.Fatalf("record %s, want rejected", rec.Status)
 	}
 	if _, err := e.call(agent, "42", id); middleware.CodeOf(err) != middleware.CodeApprovalRejected || e.runs.Load() != 0 {
@@ -160,7 +161,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 			if tc.code == "self_approval" && !strings.Contains(string(r.body), "self-approval") {
 				t.Errorf("the refusal must name the rule: %s", r.body)
 			}
-			if rec := e.record(id); rec.Status != middleware.ApprovalPending || !rec.DecidedAt.IsZero() || rec.Comment != "" {
+			if rec := e.record(id); rec.Status != store.ApprovalPending || !rec.DecidedAt.IsZero() || rec.Comment != "" {
 				t.Fatalf("a refused decision changed the record: %+v", rec)
 			}
 			if n := e.decisions(); n != 0 {
@@ -186,7 +187,7 @@ func TestDecidedOnceOnly(t *testing.T) {
 	if r.status != http.StatusConflict || r.errorCode() != "not_pending" {
 		t.Errorf("a second, different decision: %d %s, want 409 not_pending", r.status, r.body)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID {
+	if rec := e.record(id); rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID {
 		t.Errorf("record after a refused second decision: %+v", rec)
 	}
 }
@@ -199,13 +200,13 @@ func TestExpiredCannotBeDecided(t *testing.T) {
 	if r.status != http.StatusConflict || r.errorCode() != "expired" {
 		t.Fatalf("deciding an expired approval: %d %s, want 409 expired", r.status, r.body)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalExpired || !rec.DecidedAt.IsZero() {
+	if rec := e.record(id); rec.Status != store.ApprovalExpired || !rec.DecidedAt.IsZero() {
 		t.Fatalf("record %+v", rec)
 	}
 }
 
 func TestRedactionOption(t *testing.T) {
-	e := newEnv(t, approvalconsole.WithRedaction(func(rec middleware.ApprovalRecord) string {
+	e := newEnv(t, approvalconsole.WithRedaction(func(rec store.ApprovalRecord) string {
 		return "a " + rec.Risk.String() + "-risk refund"
 	}))
 	id := e.requested(agent, "42")
@@ -324,7 +325,7 @@ func TestTokenHeaderIsAgentsafeCsrfToken(t *testing.T) {
 	if r.status != http.StatusForbidden || r.errorCode() != "csrf_token" {
 		t.Fatalf("the token in the old X- header: %d %s, want 403 csrf_token", r.status, r.body)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalPending {
+	if rec := e.record(id); rec.Status != store.ApprovalPending {
 		t.Fatalf("a refused decision changed the record: %s", rec.Status)
 	}
 	r = e.do(req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: `{"approve":true}`,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -137,7 +138,7 @@ func TestBrowserApproverApprovesAndTheAgentResumesOnce(t *testing.T) {
 	screenshot(t, ctx, "console-approved.png")
 
 	rec := e.record(id)
-	if rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called, refund ok" {
+	if rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called, refund ok" {
 		t.Fatalf("the record after the click: %+v", rec)
 	}
 	if e.runs.Load() != 0 {
@@ -171,7 +172,7 @@ func TestBrowserApproverApprovesAndTheAgentResumesOnce(t *testing.T) {
 	if !strings.Contains(refusal, "self-approval is refused") {
 		t.Errorf("the page's refusal %q does not name the rule", refusal)
 	}
-	if rec := e.record(next); rec.Status != middleware.ApprovalPending {
+	if rec := e.record(next); rec.Status != store.ApprovalPending {
 		t.Errorf("a refused self-approval changed the record: %s", rec.Status)
 	}
 }
@@ -233,7 +234,7 @@ func TestBrowserWorksWithCredentialsInTheURL(t *testing.T) {
 	if status, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .status"))); status != "approved by bob" {
 		t.Fatalf("status line %q, want approved by bob", status)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID {
+	if rec := e.record(id); rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID {
 		t.Fatalf("the record after the click: %+v", rec)
 	}
 }
@@ -364,7 +365,7 @@ func TestBrowserShowsServerTextAsTextNeverHTML(t *testing.T) {
 	id := e.requested(requester, "42")
 	mux := http.NewServeMux()
 	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize,
-		approvalconsole.WithRedaction(func(middleware.ApprovalRecord) string { return "view " + probe }),
+		approvalconsole.WithRedaction(func(store.ApprovalRecord) string { return "view " + probe }),
 		approvalconsole.WithPollInterval(100*time.Millisecond))))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

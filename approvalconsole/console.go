@@ -3,6 +3,7 @@ package approvalconsole
 import (
 	"crypto/rand"
 	"embed"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"io/fs"
 	"net/http"
 	"time"
@@ -21,7 +22,7 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	redact  func(middleware.ApprovalRecord) string
+	redact  func(store.ApprovalRecord) string
 	key     []byte
 	session func(*http.Request) string
 	origins []string
@@ -36,7 +37,7 @@ const defaultPoll = 5 * time.Second
 // shows the record's View as stored, which the engine's
 // middleware.WithApprovalView already rendered and redacted; the raw input
 // is never available to the console, only that view.
-func WithRedaction(redact func(rec middleware.ApprovalRecord) string) Option {
+func WithRedaction(redact func(rec store.ApprovalRecord) string) Option {
 	return optionFunc(func(c *config) { c.redact = redact })
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -149,7 +150,7 @@ func (e *env) requested(actor middleware.Actor, order string) string {
 	return envl.ApprovalID
 }
 
-func (e *env) record(id string) middleware.ApprovalRecord {
+func (e *env) record(id string) store.ApprovalRecord {
 	e.t.Helper()
 	rec, err := e.store.Get(context.Background(), id)
 	if err != nil {

@@ -2,6 +2,7 @@ package approvalconsole_test
 
 import (
 	"encoding/json"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 	"slices"
 	"strconv"
@@ -44,7 +45,7 @@ func TestEveryViewSeesOnlyTheEnginesAudience(t *testing.T) {
 	if r := staging.decide("s-bob", id, true, "staging says yes"); r.status != http.StatusNotFound || r.errorCode() != "not_found" {
 		t.Errorf("staging's console decides prod's record: %d %s, want 404 not_found", r.status, r.body)
 	}
-	if rec := prod.record(id); rec.Status != middleware.ApprovalPending || !rec.DecidedAt.IsZero() || rec.Comment != "" {
+	if rec := prod.record(id); rec.Status != store.ApprovalPending || !rec.DecidedAt.IsZero() || rec.Comment != "" {
 		t.Fatalf("staging's refused decision changed prod's record: %+v", rec)
 	}
 	if n := staging.decisions() + prod.decisions(); n != 0 {

@@ -3,6 +3,7 @@ package approvalstore
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"strconv"
 	"time"
 
@@ -28,7 +29,7 @@ func PendingKey(s *Redis, audience string, a middleware.Actor) string {
 // SeedApproved writes n approved records for req with fresh ids, as Create
 // and Decide by approver would leave them (stamped with this process's
 // clock), in pipelines: benchmarks need many records fast.
-func SeedApproved(ctx context.Context, s *Redis, req middleware.ApprovalRequest, approver middleware.Actor, n int) ([]string, error) {
+func SeedApproved(ctx context.Context, s *Redis, req store.ApprovalRequest, approver middleware.Actor, n int) ([]string, error) {
 	ids := make([]string, n)
 	now := time.Now()
 	stamp := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
@@ -38,10 +39,10 @@ func SeedApproved(ctx context.Context, s *Redis, req middleware.ApprovalRequest,
 	for start := 0; start < n; start += batch {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := start; i < min(start+batch, n); i++ {
-				req.ID = middleware.NewApprovalID()
+				req.ID = store.NewApprovalID()
 				ids[i] = req.ID
 				fields := append(requestFields(req),
-					"status", middleware.ApprovalApproved.String(),
+					"status", store.ApprovalApproved.String(),
 					"requested_at", stamp(now), "expires_at", stamp(now.Add(req.ExpiresIn)),
 					"approver_id", approver.ID, "approver_tenant", approver.Tenant, "approver_kind", approver.Kind,
 					"approver_on_behalf_of", jsonList(approver.OnBehalfOf), "comment", "", "decided_at", stamp(now),

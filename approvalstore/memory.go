@@ -3,11 +3,10 @@ package approvalstore
 import (
 	"context"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // Memory keeps approvals in one process: the embedded default. A process
@@ -18,22 +17,22 @@ type Memory struct {
 	cfg config
 
 	mu        sync.Mutex
-	records   map[string]*middleware.ApprovalRecord
+	records   map[string]*store.ApprovalRecord
 	lastSweep time.Time
 }
 
-var _ middleware.ApprovalStore = (*Memory)(nil)
+var _ store.ApprovalStore = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory(opts ...Option) *Memory {
 	cfg := newConfig(opts)
-	return &Memory{cfg: cfg, records: make(map[string]*middleware.ApprovalRecord)}
+	return &Memory{cfg: cfg, records: make(map[string]*store.ApprovalRecord)}
 }
 
-// Create implements [middleware.ApprovalStore].
-func (m *Memory) Create(_ context.Context, req middleware.ApprovalRequest) (middleware.ApprovalRecord, error) {
+// Create implements [store.ApprovalStore].
+func (m *Memory) Create(_ context.Context, req store.ApprovalRequest) (store.ApprovalRecord, error) {
 	if err := checkRequest(req); err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -44,21 +43,21 @@ func (m *Memory) Create(_ context.Context, req middleware.ApprovalRequest) (midd
 		// The cap counts the requester's records by audience, tenant and
 		// id: every session of one agent together.
 		q := r.Requester
-		if status(r, now) != middleware.ApprovalPending || r.Audience != req.Audience || q.ID != req.Requester.ID || q.Tenant != req.Requester.Tenant {
+		if status(r, now) != store.ApprovalPending || r.Audience != req.Audience || q.ID != req.Requester.ID || q.Tenant != req.Requester.Tenant {
 			continue
 		}
-		if middleware.SameActor(q, req.Requester) && r.Procedure == req.Procedure && r.Digest == req.Digest {
+		if store.SameActor(q, req.Requester) && r.Procedure == req.Procedure && r.Digest == req.Digest {
 			return clone(r, now), nil // the same call asked again: the same approval
 		}
 		pending++
 	}
 	if pending >= m.cfg.maxPending {
-		return middleware.ApprovalRecord{}, fmt.Errorf("%w: %d pending", middleware.ErrTooManyPending, pending)
+		return store.ApprovalRecord{}, fmt.Errorf("%w: %d pending", store.ErrTooManyPending, pending)
 	}
 	if _, taken := m.records[req.ID]; taken {
-		return middleware.ApprovalRecord{}, fmt.Errorf("approvalstore: id %s already exists", req.ID)
+		return store.ApprovalRecord{}, fmt.Errorf("approvalstore: id %s already exists", req.ID)
 	}
-	r := &middleware.ApprovalRecord{ApprovalRequest: req, Status: middleware.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(req.ExpiresIn)}
+	r := &store.ApprovalRecord{ApprovalRequest: req, Status: store.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(req.ExpiresIn)}
 	r.Reasons = slices.Clone(req.Reasons)
 	r.Requester.OnBehalfOf = slices.Clone(req.Requester.OnBehalfOf)
 	r.Payload = slices.Clone(req.Payload)
@@ -66,33 +65,33 @@ func (m *Memory) Create(_ context.Context, req middleware.ApprovalRequest) (midd
 	return clone(r, now), nil
 }
 
-// Get implements [middleware.ApprovalStore].
-func (m *Memory) Get(_ context.Context, id string) (middleware.ApprovalRecord, error) {
+// Get implements [store.ApprovalStore].
+func (m *Memory) Get(_ context.Context, id string) (store.ApprovalRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	if !ok {
-		return middleware.ApprovalRecord{}, middleware.ErrApprovalNotFound
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
 	}
 	return clone(r, m.cfg.now()), nil
 }
 
-// Decide implements [middleware.ApprovalStore]. The approver rule and
+// Decide implements [store.ApprovalStore]. The approver rule and
 // policy run outside the lock (the policy is application code, which may
 // be slow or use the store); every other check runs again under the lock
 // on the record as it is then, which may be gone.
-func (m *Memory) Decide(ctx context.Context, id string, d middleware.Decision) (middleware.ApprovalRecord, bool, error) {
+func (m *Memory) Decide(ctx context.Context, id string, d store.Decision) (store.ApprovalRecord, bool, error) {
 	rec, err := m.Get(ctx, id)
 	if err != nil {
-		return middleware.ApprovalRecord{}, false, err
+		return store.ApprovalRecord{}, false, err
 	}
 	if rec.Audience != d.Audience {
-		return middleware.ApprovalRecord{}, false, middleware.ErrApprovalNotFound
+		return store.ApprovalRecord{}, false, store.ErrApprovalNotFound
 	}
 	// The requester and approval type never change, so these hold for
 	// the record under the lock too.
 	if err := m.cfg.checkApprover(ctx, rec, d.Approver); err != nil {
-		return middleware.ApprovalRecord{}, false, err
+		return store.ApprovalRecord{}, false, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -103,15 +102,15 @@ func (m *Memory) Decide(ctx context.Context, id string, d middleware.Decision) (
 	case errNoOp:
 		return clone(r, now), false, nil
 	default:
-		return middleware.ApprovalRecord{}, false, err
+		return store.ApprovalRecord{}, false, err
 	}
 	addVote(r, d, now)
 	return clone(r, now), true, nil
 }
 
-// Consume implements [middleware.ApprovalStore]. The checks and the write
+// Consume implements [store.ApprovalStore]. The checks and the write
 // happen under one lock: one atomic step.
-func (m *Memory) Consume(_ context.Context, id string, req middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
+func (m *Memory) Consume(_ context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
@@ -120,26 +119,26 @@ func (m *Memory) Consume(_ context.Context, id string, req middleware.ConsumeReq
 		if err == errAlreadyMine {
 			return consumedApproval(r), nil
 		}
-		return middleware.ConsumedApproval{}, err
+		return store.ConsumedApproval{}, err
 	}
-	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = middleware.ApprovalConsumed, req.ExecutionID, now, now.Add(req.Lease)
+	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = store.ApprovalConsumed, req.ExecutionID, now, now.Add(req.Lease)
 	return consumedApproval(r), nil
 }
 
-// Release implements [middleware.ApprovalStore].
+// Release implements [store.ApprovalStore].
 func (m *Memory) Release(_ context.Context, id, executionID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
-	if !ok || r.Status != middleware.ApprovalConsumed || r.ConsumedBy != executionID {
+	if !ok || r.Status != store.ApprovalConsumed || r.ConsumedBy != executionID {
 		return nil
 	}
-	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = middleware.ApprovalApproved, "", time.Time{}, time.Time{}
+	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = store.ApprovalApproved, "", time.Time{}, time.Time{}
 	return nil
 }
 
-// RecordOutcome implements [middleware.ApprovalStore].
-func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, o middleware.Outcome) error {
+// RecordOutcome implements [store.ApprovalStore].
+func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, o store.Outcome) error {
 	if err := checkOutcome(o); err != nil {
 		return err
 	}
@@ -147,7 +146,7 @@ func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, o midd
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	if !ok || r.ConsumedBy == "" || r.ConsumedBy != executionID {
-		return middleware.ErrApprovalNotFound
+		return store.ErrApprovalNotFound
 	}
 	if !takesOutcome(r.Status, o) {
 		return nil // it has its result already
@@ -157,12 +156,12 @@ func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, o midd
 	return nil
 }
 
-// List implements [middleware.ApprovalStore].
-func (m *Memory) List(_ context.Context, f middleware.ApprovalFilter) ([]middleware.ApprovalRecord, error) {
+// List implements [store.ApprovalStore].
+func (m *Memory) List(_ context.Context, f store.ApprovalFilter) ([]store.ApprovalRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.now()
-	var out []middleware.ApprovalRecord
+	var out []store.ApprovalRecord
 	for _, r := range m.records {
 		if matches(r, f, now) {
 			v := *r
@@ -188,7 +187,7 @@ func (m *Memory) sweep(now time.Time) {
 
 // clone returns a copy of r that shares nothing with the store, with its
 // status as of now.
-func clone(r *middleware.ApprovalRecord, now time.Time) middleware.ApprovalRecord {
+func clone(r *store.ApprovalRecord, now time.Time) store.ApprovalRecord {
 	c := *r
 	c.Reasons = slices.Clone(r.Reasons)
 	c.Payload = slices.Clone(r.Payload)

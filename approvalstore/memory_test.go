@@ -3,6 +3,7 @@ package approvalstore_test
 import (
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +44,7 @@ func TestMemoryConformance(t *testing.T) {
 func TestMemoryDecideWhileASweepForgetsTheRecord(t *testing.T) {
 	c := &clock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	var s *approvalstore.Memory
-	sweep := func(ctx context.Context, _ middleware.ApprovalRecord, _ middleware.Actor) error {
+	sweep := func(ctx context.Context, _ store.ApprovalRecord, _ middleware.Actor) error {
 		c.Advance(48 * time.Hour) // past expiry and the default retention
 		_, err := s.Create(ctx, request("sha256:"+strings.Repeat("9", 64)))
 		return err
@@ -54,7 +55,7 @@ func TestMemoryDecideWhileASweepForgetsTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, changed, err := s.Decide(t.Context(), rec.ID, decision(true, manager))
-	if !errors.Is(err, middleware.ErrApprovalNotFound) || changed {
+	if !errors.Is(err, store.ErrApprovalNotFound) || changed {
 		t.Errorf("a record swept while the policy ran must be not found: changed=%v, %v", changed, err)
 	}
 }

@@ -2,9 +2,8 @@ package approvalstore
 
 import (
 	"context"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"time"
-
-	"github.com/agentsafe/agentsafe/middleware"
 )
 
 const (
@@ -23,7 +22,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	now        func() time.Time
 	allowSelf  bool
-	policy     func(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error
+	policy     func(ctx context.Context, rec store.ApprovalRecord, approver store.Actor) error
 	maxPending int
 	retention  time.Duration
 	// Redis only.
@@ -44,8 +43,8 @@ func newConfig(opts []Option) config {
 }
 
 // checkApprover applies the approver rule and the application's policy.
-func (c config) checkApprover(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error {
-	if err := middleware.CheckApprover(rec.Requester, approver, c.allowSelf); err != nil {
+func (c config) checkApprover(ctx context.Context, rec store.ApprovalRecord, approver store.Actor) error {
+	if err := store.CheckApprover(rec.Requester, approver, c.allowSelf); err != nil {
 		return err
 	}
 	if c.policy != nil {
@@ -71,16 +70,16 @@ func WithSelfApproval() Option {
 }
 
 // WithApproverPolicy runs policy inside Decide, after the self-approval and
-// tenant checks: return an error wrapping middleware.ErrApproverNotAllowed
+// tenant checks: return an error wrapping store.ErrApproverNotAllowed
 // to refuse (for example when the approver's role does not match the
 // record's approval type). By default any other actor of the tenant may
 // decide.
-func WithApproverPolicy(policy func(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error) Option {
+func WithApproverPolicy(policy func(ctx context.Context, rec store.ApprovalRecord, approver store.Actor) error) Option {
 	return optionFunc(func(c *config) { c.policy = policy })
 }
 
 // WithMaxPendingPerActor caps the pending records of one requester; over it
-// Create fails with middleware.ErrTooManyPending (RESOURCE_EXHAUSTED). The
+// Create fails with store.ErrTooManyPending (RESOURCE_EXHAUSTED). The
 // default is 20.
 func WithMaxPendingPerActor(n int) Option {
 	return optionFunc(func(c *config) {

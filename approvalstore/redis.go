@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"net"
 	"strconv"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
-	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // Redis keeps approvals in Redis, so that an approval executes at most once
@@ -38,7 +38,7 @@ type Redis struct {
 	pattern string // SCAN MATCH pattern of record keys
 }
 
-var _ middleware.ApprovalStore = (*Redis)(nil)
+var _ store.ApprovalStore = (*Redis)(nil)
 
 // loadTimeout bounds NewRedis's SCRIPT LOAD.
 const loadTimeout = 5 * time.Second
@@ -138,19 +138,19 @@ func (s *Redis) recordKey(id string) string { return "{" + s.cfg.prefix + ":" + 
 
 // pendingKey is the key of a requester's pending index. The requester is
 // hashed: actor ids are the application's and could hold braces.
-func (s *Redis) pendingKey(audience string, a middleware.Actor) string {
+func (s *Redis) pendingKey(audience string, a store.Actor) string {
 	return "{" + s.cfg.prefix + ":pending:" + ids.Derive("", audience, a.Tenant, a.ID) + "}"
 }
 
-// Get implements [middleware.ApprovalStore]. The record's status is read
+// Get implements [store.ApprovalStore]. The record's status is read
 // as of Redis TIME.
-func (s *Redis) Get(ctx context.Context, id string) (middleware.ApprovalRecord, error) {
-	if !middleware.ValidApprovalID(id) {
-		return middleware.ApprovalRecord{}, middleware.ErrApprovalNotFound
+func (s *Redis) Get(ctx context.Context, id string) (store.ApprovalRecord, error) {
+	if !store.ValidApprovalID(id) {
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
 	}
 	r, err := s.run(ctx, getScript, s.recordKey(id))
 	if err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	return recordAt(r, 0)
 }
@@ -158,45 +158,45 @@ func (s *Redis) Get(ctx context.Context, id string) (middleware.ApprovalRecord, 
 // recordAt decodes the Redis time at r[i] and the record at r[i+1], with
 // the record's status as of that time. A record without a status is not
 // found.
-func recordAt(r reply, i int) (middleware.ApprovalRecord, error) {
+func recordAt(r reply, i int) (store.ApprovalRecord, error) {
 	now, err := r.str(i)
 	if err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	fields, err := r.values(i + 1)
 	if err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	if _, ok := fields["status"]; !ok {
-		return middleware.ApprovalRecord{}, middleware.ErrApprovalNotFound
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
 	}
 	rec, err := decodeRecord(fields)
 	if err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	rec.Status = status(&rec, unixMicro(now))
 	return rec, nil
 }
 
-// Decide implements [middleware.ApprovalStore]. It reads the record and
+// Decide implements [store.ApprovalStore]. It reads the record and
 // applies the approver rule and policy in Go (the requester and approval
 // type never change); then one script checks the state and the earlier
 // voters, and records the vote.
-func (s *Redis) Decide(ctx context.Context, id string, d middleware.Decision) (middleware.ApprovalRecord, bool, error) {
+func (s *Redis) Decide(ctx context.Context, id string, d store.Decision) (store.ApprovalRecord, bool, error) {
 	rec, err := s.Get(ctx, id)
 	if err != nil {
-		return middleware.ApprovalRecord{}, false, err
+		return store.ApprovalRecord{}, false, err
 	}
 	if rec.Audience != d.Audience {
-		return middleware.ApprovalRecord{}, false, middleware.ErrApprovalNotFound
+		return store.ApprovalRecord{}, false, store.ErrApprovalNotFound
 	}
 	if err := s.cfg.checkApprover(ctx, rec, d.Approver); err != nil {
-		return middleware.ApprovalRecord{}, false, err
+		return store.ApprovalRecord{}, false, err
 	}
 	a := d.Approver
 	r, err := s.run(ctx, decideScript, s.recordKey(id), d.Audience, flag(d.Approve), a.ID, a.Tenant, a.Kind, jsonList(a.OnBehalfOf), d.Comment, voteJSON(d))
 	if err != nil {
-		return middleware.ApprovalRecord{}, false, err
+		return store.ApprovalRecord{}, false, err
 	}
 	switch r.status() {
 	case "ok", "same":
@@ -205,25 +205,25 @@ func (s *Redis) Decide(ctx context.Context, id string, d middleware.Decision) (m
 	case "not_pending":
 		rec, err := recordAt(r, 1)
 		if err != nil {
-			return middleware.ApprovalRecord{}, false, err
+			return store.ApprovalRecord{}, false, err
 		}
-		return middleware.ApprovalRecord{}, false, fmt.Errorf("%w: it is %s", middleware.ErrNotPending, rec.Status)
+		return store.ApprovalRecord{}, false, fmt.Errorf("%w: it is %s", store.ErrNotPending, rec.Status)
 	case "voted":
 		voter, err := r.str(1)
 		if err != nil {
-			return middleware.ApprovalRecord{}, false, err
+			return store.ApprovalRecord{}, false, err
 		}
-		return middleware.ApprovalRecord{}, false, fmt.Errorf("%w: %s already voted, directly or through delegation", middleware.ErrSelfApproval, voter)
+		return store.ApprovalRecord{}, false, fmt.Errorf("%w: %s already voted, directly or through delegation", store.ErrSelfApproval, voter)
 	}
-	return middleware.ApprovalRecord{}, false, scriptError(r)
+	return store.ApprovalRecord{}, false, scriptError(r)
 }
 
-// Consume implements [middleware.ApprovalStore]: one script checks and
+// Consume implements [store.ApprovalStore]: one script checks and
 // writes, in one round trip, and replies with the deciding vote alone
 // (with [WithWait], WAIT travels in the same round trip).
-func (s *Redis) Consume(ctx context.Context, id string, req middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
-	if !middleware.ValidApprovalID(id) {
-		return middleware.ConsumedApproval{}, middleware.ErrApprovalNotFound
+func (s *Redis) Consume(ctx context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
+	if !store.ValidApprovalID(id) {
+		return store.ConsumedApproval{}, store.ErrApprovalNotFound
 	}
 	a := req.Actor
 	args := []any{s.offset(), req.Audience, a.ID, a.Tenant, a.Kind, jsonList(a.OnBehalfOf), req.Procedure, req.Type, quorum(req.Quorum),
@@ -245,27 +245,27 @@ func (s *Redis) Consume(ctx context.Context, id string, req middleware.ConsumeRe
 		r = v
 	}
 	if err != nil {
-		return middleware.ConsumedApproval{}, err
+		return store.ConsumedApproval{}, err
 	}
 	if r.status() != "ok" {
-		return middleware.ConsumedApproval{}, scriptError(r)
+		return store.ConsumedApproval{}, scriptError(r)
 	}
 	return consumedAt(id, r)
 }
 
 // consumedAt decodes the consume script's flat reply.
-func consumedAt(id string, r reply) (middleware.ConsumedApproval, error) {
+func consumedAt(id string, r reply) (store.ConsumedApproval, error) {
 	names := []string{"type", "approver_id", "approver_tenant", "approver_kind", "approver_on_behalf_of", "comment", "decided_at"}
 	f := make(map[string]string, len(names))
 	for i, name := range names {
 		v, err := r.str(i + 1)
 		if err != nil {
-			return middleware.ConsumedApproval{}, err
+			return store.ConsumedApproval{}, err
 		}
 		f[name] = v
 	}
 	d := recordDecoder{f: f}
-	a := middleware.ConsumedApproval{ID: id, Type: f["type"], Approver: d.actor("approver"), Comment: f["comment"], DecidedAt: d.time("decided_at")}
+	a := store.ConsumedApproval{ID: id, Type: f["type"], Approver: d.actor("approver"), Comment: f["comment"], DecidedAt: d.time("decided_at")}
 	return a, d.err
 }
 
@@ -348,24 +348,24 @@ func (s *Redis) consumeAndWait(ctx context.Context, key string, args []any) (rep
 // sentinel of middleware: the engine fails closed with APPROVAL_UNAVAILABLE.
 var errNotDurable = errors.New("approvalstore: consumption not durable")
 
-// Release implements [middleware.ApprovalStore]: one script.
+// Release implements [store.ApprovalStore]: one script.
 func (s *Redis) Release(ctx context.Context, id, executionID string) error {
-	if !middleware.ValidApprovalID(id) {
+	if !store.ValidApprovalID(id) {
 		return nil
 	}
 	_, err := s.run(ctx, releaseScript, s.recordKey(id), executionID)
 	return err
 }
 
-// RecordOutcome implements [middleware.ApprovalStore]: one script.
-func (s *Redis) RecordOutcome(ctx context.Context, id, executionID string, o middleware.Outcome) error {
+// RecordOutcome implements [store.ApprovalStore]: one script.
+func (s *Redis) RecordOutcome(ctx context.Context, id, executionID string, o store.Outcome) error {
 	if err := checkOutcome(o); err != nil {
 		return err
 	}
-	if !middleware.ValidApprovalID(id) {
-		return middleware.ErrApprovalNotFound
+	if !store.ValidApprovalID(id) {
+		return store.ErrApprovalNotFound
 	}
-	r, err := s.run(ctx, outcomeScript, s.recordKey(id), executionID, o.Status.String(), o.Code.String(), flag(o.Late))
+	r, err := s.run(ctx, outcomeScript, s.recordKey(id), executionID, o.Status.String(), o.Code, flag(o.Late))
 	if err != nil {
 		return err
 	}
@@ -375,15 +375,15 @@ func (s *Redis) RecordOutcome(ctx context.Context, id, executionID string, o mid
 	return scriptError(r)
 }
 
-// List implements [middleware.ApprovalStore]. It SCANs every master for
+// List implements [store.ApprovalStore]. It SCANs every master for
 // record keys and reads them (all but the payload), judging each by its
 // node's TIME and keeping those that match f as it goes: meant for
 // consoles and audits, it costs a pass over the keyspace, and holds at
 // most about twice the limit per master.
-func (s *Redis) List(ctx context.Context, f middleware.ApprovalFilter) ([]middleware.ApprovalRecord, error) {
+func (s *Redis) List(ctx context.Context, f store.ApprovalFilter) ([]store.ApprovalRecord, error) {
 	n := listLimit(f)
 	var mu sync.Mutex
-	var out []middleware.ApprovalRecord
+	var out []store.ApprovalRecord
 	err := s.forEachMaster(ctx, func(ctx context.Context, node redis.Cmdable) error {
 		recs, err := s.scan(ctx, node, f, n)
 		mu.Lock()
@@ -401,7 +401,7 @@ func (s *Redis) List(ctx context.Context, f middleware.ApprovalFilter) ([]middle
 const scanBatch = 500
 
 // scan returns the n oldest records on node that match f.
-func (s *Redis) scan(ctx context.Context, node redis.Cmdable, f middleware.ApprovalFilter, n int) ([]middleware.ApprovalRecord, error) {
+func (s *Redis) scan(ctx context.Context, node redis.Cmdable, f store.ApprovalFilter, n int) ([]store.ApprovalRecord, error) {
 	now, err := node.Time(ctx).Result()
 	if err != nil {
 		return nil, err
@@ -409,7 +409,7 @@ func (s *Redis) scan(ctx context.Context, node redis.Cmdable, f middleware.Appro
 	if s.cfg.clockOffset != nil {
 		now = now.Add(s.cfg.clockOffset())
 	}
-	var out []middleware.ApprovalRecord
+	var out []store.ApprovalRecord
 	var cursor uint64
 	for {
 		keys, next, err := node.Scan(ctx, cursor, s.pattern, scanBatch).Result()
@@ -483,13 +483,13 @@ func (s *Redis) offset() string {
 
 // scriptErrors maps the scripts' refusals to the middleware's sentinels.
 var scriptErrors = map[string]error{
-	"not_found":       middleware.ErrApprovalNotFound,
-	"pending":         middleware.ErrApprovalPending,
-	"rejected":        middleware.ErrApprovalRejected,
-	"expired":         middleware.ErrApprovalExpired,
-	"consumed":        middleware.ErrApprovalConsumed,
-	"resume_mismatch": middleware.ErrApprovalResumeMismatch,
-	"input_mismatch":  middleware.ErrApprovalInputMismatch,
+	"not_found":       store.ErrApprovalNotFound,
+	"pending":         store.ErrApprovalPending,
+	"rejected":        store.ErrApprovalRejected,
+	"expired":         store.ErrApprovalExpired,
+	"consumed":        store.ErrApprovalConsumed,
+	"resume_mismatch": store.ErrApprovalResumeMismatch,
+	"input_mismatch":  store.ErrApprovalInputMismatch,
 }
 
 func scriptError(r reply) error {

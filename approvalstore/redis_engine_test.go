@@ -3,6 +3,7 @@ package approvalstore_test
 import (
 	"context"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,7 @@ var (
 
 // newEngine returns an engine whose only capability, a refund, always needs
 // a manager's approval; every call is the agent's.
-func newEngine(t testing.TB, store middleware.ApprovalStore) *middleware.Engine {
+func newEngine(t testing.TB, store store.ApprovalStore) *middleware.Engine {
 	t.Helper()
 	reg := middleware.NewRegistry().Register(refund, middleware.Capability{
 		SideEffect: middleware.SideEffectExternal,
@@ -61,7 +62,7 @@ func requestApproved(t testing.TB, ctx context.Context, eng *middleware.Engine, 
 	if middleware.CodeOf(err) != middleware.CodeApprovalRequired || env.ApprovalID == "" {
 		t.Fatalf("a gated call must answer APPROVAL_REQUIRED with an id: %v, %+v", err, env)
 	}
-	if _, err := eng.Decide(ctx, env.ApprovalID, middleware.Decision{Approve: true, Approver: manager, Comment: "ok"}); err != nil {
+	if _, err := eng.Decide(ctx, env.ApprovalID, store.Decision{Approve: true, Approver: manager, Comment: "ok"}); err != nil {
 		t.Fatalf("Decide: %v", err)
 	}
 	return env.ApprovalID

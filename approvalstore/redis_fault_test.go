@@ -2,6 +2,7 @@ package approvalstore_test
 
 import (
 	"context"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,11 +17,11 @@ import (
 
 // countingStore records the executions a store let consume an approval.
 type countingStore struct {
-	middleware.ApprovalStore
+	store.ApprovalStore
 	consumed sync.Map // execution id → approval id
 }
 
-func (c *countingStore) Consume(ctx context.Context, id string, req middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
+func (c *countingStore) Consume(ctx context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	got, err := c.ApprovalStore.Consume(ctx, id, req)
 	if err == nil {
 		c.consumed.Store(req.ExecutionID, id)
@@ -191,6 +192,6 @@ func TestRedisStoreErrorsAreNotDecisions(t *testing.T) {
 	wantUnavailable(t, "Consume", err)
 	wantUnavailable(t, "Release", s.Release(ctx, rec.ID, "exe_a"))
 	wantUnavailable(t, "RecordOutcome", s.RecordOutcome(ctx, rec.ID, "exe_a", completed))
-	_, err = s.List(ctx, middleware.ApprovalFilter{Audience: "orders", Tenant: "acme"})
+	_, err = s.List(ctx, store.ApprovalFilter{Audience: "orders", Tenant: "acme"})
 	wantUnavailable(t, "List", err)
 }

@@ -3,11 +3,10 @@ package approvalstore
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // A record is one Redis hash of explicit fields, so that status and
@@ -51,7 +50,7 @@ var listFields = slices.DeleteFunc(slices.Clone(recordFields), func(f string) bo
 
 // requestFields returns the hash fields of a new record, as the create
 // script's field/value arguments. The script adds status and the times.
-func requestFields(req middleware.ApprovalRequest) []any {
+func requestFields(req store.ApprovalRequest) []any {
 	f := []any{
 		"id", req.ID,
 		"audience", req.Audience,
@@ -65,8 +64,8 @@ func requestFields(req middleware.ApprovalRequest) []any {
 		"digest", req.Digest,
 		"view", req.View,
 		"reasons", jsonList(req.Reasons),
-		"side_effect", req.SideEffect.String(),
-		"risk", req.Risk.String(),
+		"side_effect", req.SideEffect,
+		"risk", req.Risk,
 		"expires_in", strconv.FormatInt(req.ExpiresIn.Microseconds(), 10),
 		"quorum", strconv.Itoa(req.Quorum),
 	}
@@ -90,7 +89,7 @@ type storedVote struct {
 
 // voteJSON encodes d as the decide script takes it: a JSON object without
 // "at".
-func voteJSON(d middleware.Decision) string {
+func voteJSON(d store.Decision) string {
 	a := d.Approver
 	b, _ := json.Marshal(storedVote{ID: a.ID, Tenant: a.Tenant, Kind: a.Kind, OnBehalfOf: a.OnBehalfOf, Approve: d.Approve, Comment: d.Comment}) // always marshals
 	return string(b)
@@ -107,8 +106,8 @@ func jsonList(l []string) string {
 
 // decodeRecord builds a record from a hash's fields. A record that cannot
 // be read is an error, never a guess: the caller fails closed.
-func decodeRecord(fields map[string]string) (middleware.ApprovalRecord, error) {
-	var r middleware.ApprovalRecord
+func decodeRecord(fields map[string]string) (store.ApprovalRecord, error) {
+	var r store.ApprovalRecord
 	d := recordDecoder{f: fields}
 	r.ID = d.f["id"]
 	r.Audience = d.f["audience"]
@@ -119,8 +118,8 @@ func decodeRecord(fields map[string]string) (middleware.ApprovalRecord, error) {
 	r.Digest = d.f["digest"]
 	r.View = d.f["view"]
 	r.Reasons = d.list("reasons")
-	r.SideEffect = middleware.SideEffect(d.enum("side_effect", func(i int) string { return middleware.SideEffect(i).String() }))
-	r.Risk = middleware.Risk(d.enum("risk", func(i int) string { return middleware.Risk(i).String() }))
+	r.SideEffect = d.f["side_effect"]
+	r.Risk = d.f["risk"]
 	r.ExpiresIn = time.Duration(d.int("expires_in")) * time.Microsecond
 	r.Quorum = int(d.int("quorum"))
 	if p, ok := d.f["payload"]; ok {
@@ -137,18 +136,17 @@ func decodeRecord(fields map[string]string) (middleware.ApprovalRecord, error) {
 	}
 	r.Comment = d.f["comment"]
 	r.ConsumedBy = d.f["consumed_by"]
-	status, ok := middleware.ParseApprovalStatus(d.f["status"])
+	status, ok := store.ParseApprovalStatus(d.f["status"])
 	if !ok {
 		d.fail("status", d.f["status"])
 	}
 	r.Status = status
-	if s, ok := d.f["outcome"]; ok {
-		code, known := middleware.ParseCode(s)
-		if !known {
-			d.fail("outcome", s)
+	if code, ok := d.f["outcome"]; ok {
+		if code == "" {
+			d.fail("outcome", code)
 		}
 		// The record's stored status is the outcome's.
-		r.Outcome = middleware.Outcome{Status: status, Code: code, Late: d.f["outcome_late"] == "1", At: d.time("outcome_at")}
+		r.Outcome = store.Outcome{Status: status, Code: code, Late: d.f["outcome_late"] == "1", At: d.time("outcome_at")}
 	}
 	if r.ID == "" {
 		d.fail("id", "")
@@ -200,7 +198,7 @@ func (d *recordDecoder) list(field string) []string {
 }
 
 // votes reads a JSON list of stored votes.
-func (d *recordDecoder) votes(field string) []middleware.Vote {
+func (d *recordDecoder) votes(field string) []store.Vote {
 	s := d.f[field]
 	if s == "" {
 		return nil
@@ -210,32 +208,19 @@ func (d *recordDecoder) votes(field string) []middleware.Vote {
 		d.fail(field, s)
 		return nil
 	}
-	votes := make([]middleware.Vote, len(stored))
+	votes := make([]store.Vote, len(stored))
 	for i, v := range stored {
-		a := middleware.Actor{ID: v.ID, Tenant: v.Tenant, Kind: v.Kind, OnBehalfOf: v.OnBehalfOf}
-		votes[i] = middleware.Vote{Approver: a, Approve: v.Approve, Comment: v.Comment, At: time.UnixMicro(v.At)}
+		a := store.Actor{ID: v.ID, Tenant: v.Tenant, Kind: v.Kind, OnBehalfOf: v.OnBehalfOf}
+		votes[i] = store.Vote{Approver: a, Approve: v.Approve, Comment: v.Comment, At: time.UnixMicro(v.At)}
 	}
 	return votes
 }
 
-func (d *recordDecoder) actor(prefix string) middleware.Actor {
-	return middleware.Actor{
+func (d *recordDecoder) actor(prefix string) store.Actor {
+	return store.Actor{
 		ID:         d.f[prefix+"_id"],
 		Tenant:     d.f[prefix+"_tenant"],
 		Kind:       d.f[prefix+"_kind"],
 		OnBehalfOf: d.list(prefix + "_on_behalf_of"),
 	}
-}
-
-// enum finds the value whose name is the field's: the middleware's enums
-// name themselves but have no parser.
-func (d *recordDecoder) enum(field string, name func(int) string) uint8 {
-	s := d.f[field]
-	for i := range 256 {
-		if name(i) == s {
-			return uint8(i)
-		}
-	}
-	d.fail(field, s)
-	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"maps"
 	"net"
 	"os/exec"
@@ -79,7 +80,7 @@ func TestRedisWaitShortfallGivesTheApprovalBack(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "replicas acknowledged") {
 		t.Errorf("the error must say why: %v", err)
 	}
-	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != middleware.ApprovalApproved || got.ConsumedBy != "" {
+	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != store.ApprovalApproved || got.ConsumedBy != "" {
 		t.Errorf("after a WAIT shortfall the approval must be given back, approved and unconsumed: %+v, %v", got, err)
 	}
 
@@ -92,7 +93,7 @@ func TestRedisWaitShortfallGivesTheApprovalBack(t *testing.T) {
 	if code := middleware.CodeOf(err); code != middleware.CodeApprovalUnavailable || ran != 0 {
 		t.Errorf("the engine must answer APPROVAL_UNAVAILABLE and run nothing: %v, %d runs", err, ran)
 	}
-	if got, _ := s.Get(ctx, id); got.Status != middleware.ApprovalApproved {
+	if got, _ := s.Get(ctx, id); got.Status != store.ApprovalApproved {
 		t.Errorf("the approval must not be spent by a shortfall: it reads %s", got.Status)
 	}
 
@@ -146,7 +147,7 @@ func TestRedisClusterWait(t *testing.T) {
 			t.Fatal(gerr)
 		}
 		if addr == lost {
-			if err == nil || !strings.Contains(err.Error(), "replicas acknowledged") || got.Status != middleware.ApprovalApproved {
+			if err == nil || !strings.Contains(err.Error(), "replicas acknowledged") || got.Status != store.ApprovalApproved {
 				t.Errorf("record %s on %s, whose replica is gone: got %v and %s, want the WAIT shortfall and the approval given back", rec.ID, addr, err, got.Status)
 			}
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -66,30 +67,30 @@ func TestRedisCluster(t *testing.T) {
 }
 
 // request is a store-level approval request of the agent.
-func request(digest string) middleware.ApprovalRequest {
-	return middleware.ApprovalRequest{
-		ID: middleware.NewApprovalID(), Audience: "orders", Procedure: refund, Type: "manager", Requester: agent,
+func request(digest string) store.ApprovalRequest {
+	return store.ApprovalRequest{
+		ID: store.NewApprovalID(), Audience: "orders", Procedure: refund, Type: "manager", Requester: agent,
 		RequestedBy: "exe_requester", Digest: digest, View: "refund 120.00 EUR", Reasons: []string{"always"},
 		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, ExpiresIn: 15 * time.Minute,
 	}
 }
 
 // decision is a vote in the agent's audience.
-func decision(approve bool, approver middleware.Actor) middleware.Decision {
-	return middleware.Decision{Approve: approve, Approver: approver, Audience: "orders"}
+func decision(approve bool, approver middleware.Actor) store.Decision {
+	return store.Decision{Approve: approve, Approver: approver, Audience: "orders"}
 }
 
 // completed is the outcome of an execution that succeeded.
-var completed = middleware.Outcome{Status: middleware.ApprovalCompleted, Code: middleware.CodeOK}
+var completed = store.Outcome{Status: store.ApprovalCompleted, Code: middleware.CodeOK}
 
-func consumeReq(execution, digest string) middleware.ConsumeRequest {
-	return middleware.ConsumeRequest{Audience: "orders", Procedure: refund, Type: "manager", Actor: agent, Digest: digest, ExecutionID: execution, Lease: time.Minute}
+func consumeReq(execution, digest string) store.ConsumeRequest {
+	return store.ConsumeRequest{Audience: "orders", Procedure: refund, Type: "manager", Actor: agent, Digest: digest, ExecutionID: execution, Lease: time.Minute}
 }
 
 const digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 
 // approve creates and approves a record of digest in s.
-func approve(t testing.TB, ctx context.Context, s middleware.ApprovalStore, digest string) middleware.ApprovalRecord {
+func approve(t testing.TB, ctx context.Context, s store.ApprovalStore, digest string) store.ApprovalRecord {
 	t.Helper()
 	rec, err := s.Create(ctx, request(digest))
 	if err != nil {
@@ -192,7 +193,7 @@ func TestRedisRecordIsOneHash(t *testing.T) {
 
 	other := approve(t, ctx, s, "sha256:"+strings.Repeat("b", 64))
 	rdb.Del(ctx, approvalstore.RecordKey(s, other.ID)) // as eviction would
-	if _, err := s.Consume(ctx, other.ID, consumeReq("exe_b", "sha256:"+strings.Repeat("b", 64))); !errors.Is(err, middleware.ErrApprovalNotFound) {
+	if _, err := s.Consume(ctx, other.ID, consumeReq("exe_b", "sha256:"+strings.Repeat("b", 64))); !errors.Is(err, store.ErrApprovalNotFound) {
 		t.Errorf("a record that vanished must fail closed with APPROVAL_NOT_FOUND, got %v", err)
 	}
 
@@ -227,7 +228,7 @@ func TestRedisPendingIndexIsNotTrusted(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := s.Create(ctx, request(digestA))
-	if err != nil || again.ID == first.ID || again.Status != middleware.ApprovalPending {
+	if err != nil || again.ID == first.ID || again.Status != store.ApprovalPending {
 		t.Errorf("once the record is decided, the same call must get a new pending record: %+v, %v", again, err)
 	}
 
@@ -244,10 +245,10 @@ func TestRedisPendingIndexIsNotTrusted(t *testing.T) {
 	if _, err := s.Create(ctx, request("sha256:"+strings.Repeat("c", 64))); err != nil {
 		t.Errorf("one truly pending record and four decided ones must leave room for a second: %v", err)
 	}
-	if _, err := s.Create(ctx, request("sha256:"+strings.Repeat("d", 64))); !errors.Is(err, middleware.ErrTooManyPending) {
+	if _, err := s.Create(ctx, request("sha256:"+strings.Repeat("d", 64))); !errors.Is(err, store.ErrTooManyPending) {
 		t.Errorf("two truly pending records (the cap) must refuse a third: %v", err)
 	}
-	list, err := s.List(ctx, middleware.ApprovalFilter{Audience: "orders", Tenant: agent.Tenant, Status: middleware.ApprovalPending})
+	list, err := s.List(ctx, store.ApprovalFilter{Audience: "orders", Tenant: agent.Tenant, Status: store.ApprovalPending})
 	if err != nil || len(list) != 2 {
 		t.Errorf("a refused Create must leave no record behind: %d pending, %v", len(list), err)
 	}
@@ -257,10 +258,10 @@ func TestRedisPendingIndexIsNotTrusted(t *testing.T) {
 	// until they expire: a duplicate at worst, never a wrong decision.
 	rdb.Del(ctx, index)
 	dup, err := s.Create(ctx, request(digestA))
-	if err != nil || dup.Status != middleware.ApprovalPending || dup.ID == again.ID {
+	if err != nil || dup.Status != store.ApprovalPending || dup.ID == again.ID {
 		t.Errorf("Create without its index: %+v, %v", dup, err)
 	}
-	if _, err := s.Consume(ctx, again.ID, consumeReq("exe_a", digestA)); !errors.Is(err, middleware.ErrApprovalPending) {
+	if _, err := s.Consume(ctx, again.ID, consumeReq("exe_a", digestA)); !errors.Is(err, store.ErrApprovalPending) {
 		t.Errorf("the record the index forgot keeps its own state: %v", err)
 	}
 }
@@ -303,7 +304,7 @@ func TestRedisNoScript(t *testing.T) {
 		t.Fatalf("RecordOutcome after SCRIPT FLUSH: %v", err)
 	}
 	flush()
-	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != middleware.ApprovalCompleted {
+	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != store.ApprovalCompleted {
 		t.Fatalf("Get after SCRIPT FLUSH: %+v, %v", got, err)
 	}
 	// The pipelined consume of WithWait handles NOSCRIPT itself: see

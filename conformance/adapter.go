@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strconv"
 	"strings"
@@ -470,11 +471,11 @@ var adapterRules = []adapterRule{
 		s.expect(rule, r, middleware.CodeApprovalRequired)
 		s.wantRuns(rule, req.ID, 0)
 		id := r.Envelope.ApprovalID
-		if !middleware.ValidApprovalID(id) || r.Envelope.Status != middleware.StatusApprovalRequired {
+		if !store.ValidApprovalID(id) || r.Envelope.Status != middleware.StatusApprovalRequired {
 			s.Fatalf("%s: the envelope must carry the new approval id: %+v", rule, r.Envelope)
 		}
 		s.expect(rule, s.call(FixtureGated, req, id), middleware.CodeApprovalPending)
-		if _, err := s.eng.Decide(s.Context(), id, middleware.Decision{Approve: true, Approver: suiteApprover}); err != nil {
+		if _, err := s.eng.Decide(s.Context(), id, store.Decision{Approve: true, Approver: suiteApprover}); err != nil {
 			s.Fatal(err)
 		}
 		r = s.call(FixtureGated, req, id)

@@ -3,6 +3,7 @@ package connectadapter_test
 import (
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"strings"
 	"testing"
 
@@ -42,7 +43,7 @@ func TestApprovalRoundTrip(t *testing.T) {
 		}
 		approve := func(id string) {
 			t.Helper()
-			if _, err := srv.guard.Engine().Decide(t.Context(), id, middleware.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-bob", Tenant: "acme"}}); err != nil {
+			if _, err := srv.guard.Engine().Decide(t.Context(), id, store.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-bob", Tenant: "acme"}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -50,7 +51,7 @@ func TestApprovalRoundTrip(t *testing.T) {
 		_, err := call(120, "")
 		ce := wantConnectCode(t, err, connect.CodeFailedPrecondition)
 		env, ok := connectadapter.ReadEnvelope(nil, err)
-		if !ok || env.Status != middleware.StatusApprovalRequired || !middleware.ValidApprovalID(env.ApprovalID) || ce.Meta().Get(middleware.HeaderApprovalID) != env.ApprovalID {
+		if !ok || env.Status != middleware.StatusApprovalRequired || !store.ValidApprovalID(env.ApprovalID) || ce.Meta().Get(middleware.HeaderApprovalID) != env.ApprovalID {
 			t.Fatalf("envelope %+v, meta %v; want approval_required with the new approval id in detail and header", env, ce.Meta())
 		}
 		if !strings.Contains(ce.Message(), env.ApprovalID) {

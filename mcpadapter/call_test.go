@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"strings"
 	"sync"
 	"testing"
@@ -102,7 +103,7 @@ func TestEnvelopeToResult(t *testing.T) {
 		t.Run("approval required", func(t *testing.T) {
 			r := callTool(t, cs, "gated", map[string]any{"id": "g1"})
 			env := envelopeText(t, r)
-			if !r.IsError || env.Status != middleware.StatusApprovalRequired || env.Error.Code != middleware.CodeApprovalRequired || !middleware.ValidApprovalID(env.ApprovalID) {
+			if !r.IsError || env.Status != middleware.StatusApprovalRequired || env.Error.Code != middleware.CodeApprovalRequired || !store.ValidApprovalID(env.ApprovalID) {
 				t.Fatalf("envelope %+v: want approval_required with an approval id", env)
 			}
 			texts := text(r)
@@ -142,7 +143,7 @@ func TestApprovalResume(t *testing.T) {
 		args := map[string]any{"id": "refund-1", "amount": 12000}
 		r := callTool(t, cs, "gated", args)
 		id := envelopeText(t, r).ApprovalID
-		if !middleware.ValidApprovalID(id) {
+		if !store.ValidApprovalID(id) {
 			t.Fatalf("no approval id in %v", text(r))
 		}
 
@@ -159,7 +160,7 @@ func TestApprovalResume(t *testing.T) {
 		if env := envelopeText(t, resume(nil)); env.Error == nil || env.Error.Code != middleware.CodeApprovalPending {
 			t.Fatalf("resume before the decision: %+v, want APPROVAL_PENDING", env)
 		}
-		if _, err := f.eng.Decide(context.Background(), id, middleware.Decision{Approve: true, Approver: manager}); err != nil {
+		if _, err := f.eng.Decide(context.Background(), id, store.Decision{Approve: true, Approver: manager}); err != nil {
 			t.Fatal(err)
 		}
 		// The approval binds the input: other arguments are refused, and

@@ -3,6 +3,7 @@ package mcpadapter_test
 import (
 	"context"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -71,7 +72,7 @@ func Example() {
 	fmt.Println("gated:", env.Status, first.IsError)
 
 	// A human approves, through the engine's store.
-	if _, err := eng.Decide(ctx, env.ApprovalID, middleware.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-1", Tenant: "acme"}}); err != nil {
+	if _, err := eng.Decide(ctx, env.ApprovalID, store.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-1", Tenant: "acme"}}); err != nil {
 		panic(err)
 	}
 	args["_approval_id"] = env.ApprovalID

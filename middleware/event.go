@@ -17,12 +17,16 @@ type EventType string
 const (
 	EventRequested         EventType = "capability.requested"
 	EventApprovalRequested EventType = "capability.approval_requested"
-	EventApproved          EventType = "capability.approved"
-	EventRejected          EventType = "capability.rejected"
-	EventApprovalConsumed  EventType = "capability.approval_consumed"
-	EventApprovalDenied    EventType = "capability.approval_denied"
-	EventStarted           EventType = "capability.started"
-	EventRetried           EventType = "capability.retried"
+	// EventApprovalVote is one approver's vote on a record that needs a
+	// quorum of several; EventApproved follows once, at the last vote
+	// needed.
+	EventApprovalVote     EventType = "capability.approval_vote"
+	EventApproved         EventType = "capability.approved"
+	EventRejected         EventType = "capability.rejected"
+	EventApprovalConsumed EventType = "capability.approval_consumed"
+	EventApprovalDenied   EventType = "capability.approval_denied"
+	EventStarted          EventType = "capability.started"
+	EventRetried          EventType = "capability.retried"
 	// EventAbandonedResult reports that an attempt abandoned at its deadline
 	// returned after all, and whether it succeeded: an effect may have landed
 	// after the caller was told TIMEOUT. An attempt that returns its

@@ -3,23 +3,13 @@ package middleware
 import (
 	"context"
 
+	"github.com/agentsafe/agentsafe/middleware/store"
+
 	"github.com/agentsafe/agentsafe/internal/ids"
 )
 
-// Actor is who a call is for. It comes only from verified credentials,
-// through the function given with [WithActor], never from a request body.
-type Actor struct {
-	ID     string
-	Tenant string
-	// Kind says what the actor is, for example "agent", "user" or "service".
-	Kind string
-	// OnBehalfOf is the delegation chain, nearest first: the ids of those the
-	// actor acts for. None of them may approve the actor's requests.
-	OnBehalfOf []string
-}
-
-// Ref returns the actor's id and tenant, as events carry them.
-func (a Actor) Ref() ActorRef { return ActorRef{ID: a.ID, Tenant: a.Tenant} }
+// ref returns an actor's id and tenant, as events carry them.
+func ref(a Actor) ActorRef { return ActorRef{ID: a.ID, Tenant: a.Tenant} }
 
 // ActorFunc returns the actor of a call from its context, where the
 // application's authentication put it. An error fails the call closed with
@@ -38,7 +28,7 @@ type Execution struct {
 	Procedure string
 	Actor     Actor
 	// Approval is the approval this execution consumed, or nil.
-	Approval *ConsumedApproval
+	Approval *store.ConsumedApproval
 }
 
 // SubKey returns a stable idempotency key for one labelled downstream call
@@ -72,12 +62,4 @@ func ExecutionFromContext(ctx context.Context) (Execution, bool) {
 const (
 	executionIDPrefix    = "exe_"
 	idempotencyKeyPrefix = "idk_"
-	approvalIDPrefix     = "apr_"
 )
-
-// ValidApprovalID reports whether s has the form of an approval id: "apr_"
-// and 32 lowercase hex digits.
-func ValidApprovalID(s string) bool { return ids.Valid(approvalIDPrefix, s) }
-
-// NewApprovalID returns a fresh approval id for stores.
-func NewApprovalID() string { return ids.New(approvalIDPrefix) }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -35,7 +36,7 @@ func TestTheWholeActorIsBoundToAnApproval(t *testing.T) {
 		env, err, _ := g.call(agentForCarol, refund, "")
 		wantCode(t, env, err, middleware.CodeApprovalRequired)
 		// alice is not in the requester's chain, so she may approve...
-		if _, err := g.eng.Decide(t.Context(), env.ApprovalID, middleware.Decision{Approve: true, Approver: alice}); err != nil {
+		if _, err := g.eng.Decide(t.Context(), env.ApprovalID, store.Decision{Approve: true, Approver: alice}); err != nil {
 			t.Fatalf("Decide by alice: %v", err)
 		}
 		// ...but the agent must not then run it on behalf of alice, on an
@@ -113,13 +114,13 @@ func TestALateResultOfAnApprovedWriteIsRecordedNotGuessed(t *testing.T) {
 		})
 		wantCode(t, env, err, middleware.CodeTimeout)
 		rec, _ := g.store.Get(t.Context(), id)
-		if rec.Status != middleware.ApprovalInDoubt || rec.Outcome.Status != middleware.ApprovalInDoubt {
+		if rec.Status != store.ApprovalInDoubt || rec.Outcome.Status != store.ApprovalInDoubt {
 			t.Fatalf("right after the timeout the record is %s (outcome %+v); a write left running may have run: want in_doubt, never failed", rec.Status, rec.Outcome)
 		}
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		rec, _ = g.store.Get(t.Context(), id)
-		if rec.Status != middleware.ApprovalCompleted || !rec.Outcome.Late || rec.Outcome.Code != middleware.CodeOK {
+		if rec.Status != store.ApprovalCompleted || !rec.Outcome.Late || rec.Outcome.Code != middleware.CodeOK {
 			t.Fatalf("after the late success the record is %s (outcome %+v), want completed, late", rec.Status, rec.Outcome)
 		}
 		if ev := g.rec.Execution(env.ExecutionID); ev[len(ev)-1].Type != middleware.EventAbandonedResult || !ev[len(ev)-1].Succeeded {
@@ -131,18 +132,18 @@ func TestALateResultOfAnApprovedWriteIsRecordedNotGuessed(t *testing.T) {
 // flakyStore loses the reply of the first n Consume calls after they took
 // effect, as a connection reset after the write would.
 type flakyStore struct {
-	middleware.ApprovalStore
+	store.ApprovalStore
 	lose   atomic.Int32
 	onDone func()
 }
 
-func (f *flakyStore) Consume(ctx context.Context, id string, req middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
+func (f *flakyStore) Consume(ctx context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	got, err := f.ApprovalStore.Consume(ctx, id, req)
 	if f.onDone != nil {
 		f.onDone()
 	}
 	if err == nil && f.lose.Add(-1) >= 0 {
-		return middleware.ConsumedApproval{}, errors.New("read tcp: connection reset by peer")
+		return store.ConsumedApproval{}, errors.New("read tcp: connection reset by peer")
 	}
 	return got, err
 }
@@ -202,7 +203,7 @@ func TestACallerGoneAfterTheConsumptionGivesTheApprovalBack(t *testing.T) {
 		wantCode(t, env, err, middleware.CodeCancelled)
 		f.onDone = nil
 		synctest.Wait()
-		if rec, _ := mem.Get(t.Context(), id); rec.Status != middleware.ApprovalApproved || g.runs.Load() != 0 {
+		if rec, _ := mem.Get(t.Context(), id); rec.Status != store.ApprovalApproved || g.runs.Load() != 0 {
 			t.Fatalf("record %s after %d runs: nothing ran, so the approval must be approved again", rec.Status, g.runs.Load())
 		}
 	})

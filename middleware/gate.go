@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/digest"
@@ -43,8 +44,8 @@ const leaseGrace = time.Minute
 // (for reason): without an approval id it requests one and runs nothing;
 // with one it consumes it atomically before any attempt.
 func (x *execution) gate(reason string) *Error {
-	store := x.e.cfg.store
-	if store == nil { // New refuses this; never trust that it ran
+	approvals := x.e.cfg.store
+	if approvals == nil { // New refuses this; never trust that it ran
 		return &Error{Code: CodeApprovalUnavailable, Message: "approval required, but this engine has no approval store (WithApprovalStore)", Retryable: true}
 	}
 	if x.actor.ID == "" {
@@ -54,9 +55,9 @@ func (x *execution) gate(reason string) *Error {
 		return &Error{Code: CodeInvalidArgument, Message: "approval required, and the call has no input to bind the approval to"}
 	}
 	if x.call.ApprovalID == "" {
-		return x.requestApproval(store, reason)
+		return x.requestApproval(approvals, reason)
 	}
-	return x.consumeApproval(store)
+	return x.consumeApproval(approvals)
 }
 
 // approvalRequired asks the capability, then the application's condition.
@@ -76,24 +77,25 @@ func (x *execution) approvalRequired() (bool, string, *Error) {
 	return required, reason, nil
 }
 
-func (x *execution) requestApproval(store ApprovalStore, reason string) *Error {
+func (x *execution) requestApproval(approvals store.ApprovalStore, reason string) *Error {
 	view, err := x.approvalView()
 	if err != nil {
 		return &Error{Code: CodeApprovalUnavailable, Message: "could not render the input for approvers", Retryable: true, Cause: err}
 	}
 	c := x.cap
-	rec, err := store.Create(x.ctx, ApprovalRequest{
-		ID:          NewApprovalID(),
+	rec, err := approvals.Create(x.ctx, store.ApprovalRequest{
+		ID:          store.NewApprovalID(),
 		Audience:    x.e.cfg.audience,
 		Procedure:   x.proc,
 		Type:        c.Approval.Type,
+		Quorum:      c.Approval.Quorum,
 		Requester:   x.actor,
 		RequestedBy: x.id,
 		Digest:      x.digest,
 		View:        view,
 		Reasons:     []string{reason},
-		SideEffect:  c.SideEffect,
-		Risk:        c.Risk,
+		SideEffect:  c.SideEffect.String(),
+		Risk:        c.Risk.String(),
 		ExpiresIn:   c.expiresIn,
 	})
 	if err != nil {
@@ -120,10 +122,10 @@ func (x *execution) approvalView() (string, error) {
 	return view(x.ctx, x.proc, in)
 }
 
-func (x *execution) consumeApproval(store ApprovalStore) *Error {
+func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 	id := x.call.ApprovalID
 	x.approvalID = id
-	req := ConsumeRequest{
+	req := store.ConsumeRequest{
 		Audience:    x.e.cfg.audience,
 		Procedure:   x.proc,
 		Type:        x.cap.Approval.Type,
@@ -133,7 +135,7 @@ func (x *execution) consumeApproval(store ApprovalStore) *Error {
 		ExecutionID: x.id,
 		Lease:       x.cap.lease,
 	}
-	got, err := x.consume(store, id, req)
+	got, err := x.consume(approvals, id, req)
 	if err != nil {
 		e := x.storeError(err)
 		x.emit(Event{Type: EventApprovalDenied, ApprovalID: id, Code: e.Code, Reason: e.Message})
@@ -144,7 +146,7 @@ func (x *execution) consumeApproval(store ApprovalStore) *Error {
 	// twice (a Redis failover), the downstream still sees one key.
 	x.idempotencyKey = ids.Derive(idempotencyKeyPrefix, id)
 	x.approval = &got
-	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: got.Approver.Ref(), Comment: got.Comment})
+	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: ref(got.Approver), Comment: got.Comment})
 	return nil
 }
 
@@ -158,10 +160,10 @@ var consumeRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millis
 // may have been consumed by a try whose reply was lost: it is released in
 // the background, which is a no-op unless this execution consumed it, so a
 // lost reply never spends an approval.
-func (x *execution) consume(store ApprovalStore, id string, req ConsumeRequest) (ConsumedApproval, error) {
+func (x *execution) consume(approvals store.ApprovalStore, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	for try := 0; ; try++ {
-		got, err := store.Consume(x.ctx, id, req)
-		if err == nil || ApprovalCode(err) != CodeApprovalUnavailable || x.ctx.Err() != nil {
+		got, err := approvals.Consume(x.ctx, id, req)
+		if err == nil || approvalCode(err) != CodeApprovalUnavailable || x.ctx.Err() != nil {
 			return got, err
 		}
 		if try == len(consumeRetries) || !x.sleepWithin(consumeRetries[try]) {
@@ -216,7 +218,7 @@ var approvalMessages = map[Code]string{
 // storeError maps a store error to the execution's error through the one
 // sentinel table, failing closed for everything else.
 func (x *execution) storeError(err error) *Error {
-	code := ApprovalCode(err)
+	code := approvalCode(err)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if x.ctx.Err() != nil {
 			return x.cancelled()
@@ -246,25 +248,25 @@ func (x *execution) recordOutcome(code Code) {
 	case left && returned:
 		x.recordLate(late)
 	case left:
-		x.storeOutcome(Outcome{Status: ApprovalInDoubt, Code: code})
+		x.storeOutcome(store.Outcome{Status: store.ApprovalInDoubt, Code: code.String()})
 	case code == CodeOK:
-		x.storeOutcome(Outcome{Status: ApprovalCompleted, Code: code})
+		x.storeOutcome(store.Outcome{Status: store.ApprovalCompleted, Code: code.String()})
 	default:
-		x.storeOutcome(Outcome{Status: ApprovalFailed, Code: code})
+		x.storeOutcome(store.Outcome{Status: store.ApprovalFailed, Code: code.String()})
 	}
 }
 
 // recordLate records the result of an abandoned attempt of an execution
 // that consumed an approval, once it returns: it replaces in_doubt.
 func (x *execution) recordLate(code Code) {
-	o := Outcome{Status: ApprovalCompleted, Code: code, Late: true}
+	o := store.Outcome{Status: store.ApprovalCompleted, Code: code.String(), Late: true}
 	if code != CodeOK {
-		o.Status = ApprovalFailed
+		o.Status = store.ApprovalFailed
 	}
 	x.storeOutcome(o)
 }
 
-func (x *execution) storeOutcome(o Outcome) {
+func (x *execution) storeOutcome(o store.Outcome) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
 	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, o)
@@ -273,13 +275,13 @@ func (x *execution) storeOutcome(o Outcome) {
 // Decide records an approver's decision through the engine's store and
 // emits capability.approved or capability.rejected. Deciding executes
 // nothing; the requester resumes the call. Store errors are returned as the
-// store gave them (sentinels such as ErrSelfApproval or ErrNotPending).
-func (e *Engine) Decide(ctx context.Context, id string, d Decision) (ApprovalRecord, error) {
+// store gave them (sentinels such as store.ErrSelfApproval or store.ErrNotPending).
+func (e *Engine) Decide(ctx context.Context, id string, d store.Decision) (store.ApprovalRecord, error) {
 	if e.cfg.store == nil {
-		return ApprovalRecord{}, errNoStore
+		return store.ApprovalRecord{}, errNoStore
 	}
-	if !ValidApprovalID(id) {
-		return ApprovalRecord{}, fmt.Errorf("%w: malformed approval id", ErrApprovalNotFound)
+	if !store.ValidApprovalID(id) {
+		return store.ApprovalRecord{}, fmt.Errorf("%w: malformed approval id", store.ErrApprovalNotFound)
 	}
 	d.Audience = e.cfg.audience
 	rec, changed, err := e.cfg.store.Decide(ctx, id, d)
@@ -287,51 +289,58 @@ func (e *Engine) Decide(ctx context.Context, id string, d Decision) (ApprovalRec
 		return rec, err
 	}
 	if changed && len(e.sinks) > 0 {
-		ev := Event{Type: EventRejected, Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: rec.Requester.Ref(),
-			InputDigest: e.keyedDigest(rec.Digest), SideEffect: rec.SideEffect, Risk: rec.Risk, ApprovalID: rec.ID, Approver: d.Approver.Ref(), Comment: d.Comment,
-			Duration: rec.DecidedAt.Sub(rec.RequestedAt)}
-		if d.Approve {
-			ev.Type = EventApproved
+		ev := Event{Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: ref(rec.Requester),
+			InputDigest: e.keyedDigest(rec.Digest), ApprovalID: rec.ID, Approver: ref(d.Approver), Comment: d.Comment}
+		if c, ok := e.caps[rec.Procedure]; ok {
+			ev.SideEffect, ev.Risk = c.SideEffect, c.Risk
 		}
 		sinkCtx := context.WithoutCancel(ctx)
-		for _, s := range e.sinks {
-			s.deliver(sinkCtx, ev)
+		emit := func(t EventType) {
+			ev.Type = t
+			for _, s := range e.sinks {
+				s.deliver(sinkCtx, ev)
+			}
+		}
+		if rec.Quorum > 1 {
+			emit(EventApprovalVote) // every vote under a quorum
+		}
+		ev.Duration = rec.DecidedAt.Sub(rec.RequestedAt)
+		switch rec.Status {
+		case store.ApprovalApproved:
+			emit(EventApproved) // once: at the vote that completed the quorum
+		case store.ApprovalRejected:
+			emit(EventRejected)
 		}
 	}
 	return rec, nil
 }
-
-// Approvals returns the engine's approval store, or nil. Its Get and List
-// see every audience; [Engine.Get] and [Engine.List] see only the
-// engine's.
-func (e *Engine) Approvals() ApprovalStore { return e.cfg.store }
 
 // errNoStore is what the approval views of an engine without a store fail with.
 var errNoStore = errors.New("agentsafe: this engine has no approval store (WithApprovalStore)")
 
 // Get returns the approval record with id, if it belongs to the engine's
 // audience (see [WithAudience]); a record of another audience, like a
-// malformed id, is ErrApprovalNotFound.
-func (e *Engine) Get(ctx context.Context, id string) (ApprovalRecord, error) {
+// malformed id, is store.ErrApprovalNotFound.
+func (e *Engine) Get(ctx context.Context, id string) (store.ApprovalRecord, error) {
 	if e.cfg.store == nil {
-		return ApprovalRecord{}, errNoStore
+		return store.ApprovalRecord{}, errNoStore
 	}
-	if !ValidApprovalID(id) {
-		return ApprovalRecord{}, ErrApprovalNotFound
+	if !store.ValidApprovalID(id) {
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
 	}
 	rec, err := e.cfg.store.Get(ctx, id)
 	if err != nil {
-		return ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	if rec.Audience != e.cfg.audience {
-		return ApprovalRecord{}, ErrApprovalNotFound
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
 	}
 	return rec, nil
 }
 
 // List returns the approval records of the engine's audience that match
 // f (its Audience is replaced by the engine's), oldest first.
-func (e *Engine) List(ctx context.Context, f ApprovalFilter) ([]ApprovalRecord, error) {
+func (e *Engine) List(ctx context.Context, f store.ApprovalFilter) ([]store.ApprovalRecord, error) {
 	if e.cfg.store == nil {
 		return nil, errNoStore
 	}

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ func (g *gated) requested(in middleware.Input) string {
 	g.t.Helper()
 	env, err, _ := g.call(agent, in, "")
 	wantCode(g.t, env, err, middleware.CodeApprovalRequired)
-	if env.Status != middleware.StatusApprovalRequired || !middleware.ValidApprovalID(env.ApprovalID) {
+	if env.Status != middleware.StatusApprovalRequired || !store.ValidApprovalID(env.ApprovalID) {
 		g.t.Fatalf("approval request envelope %+v", env)
 	}
 	return env.ApprovalID
@@ -84,7 +85,7 @@ func (g *gated) requested(in middleware.Input) string {
 
 func (g *gated) approve(id string) {
 	g.t.Helper()
-	if _, err := g.eng.Decide(g.t.Context(), id, middleware.Decision{Approve: true, Approver: boss, Comment: "ok, customer called"}); err != nil {
+	if _, err := g.eng.Decide(g.t.Context(), id, store.Decision{Approve: true, Approver: boss, Comment: "ok, customer called"}); err != nil {
 		g.t.Fatalf("Decide: %v", err)
 	}
 }
@@ -112,7 +113,7 @@ func TestApprovalLifecycle(t *testing.T) {
 		t.Fatalf("resumed execution ran as %+v with approval %+v", seen.Actor, seen.Approval)
 	}
 	rec, _ := g.store.Get(t.Context(), id)
-	if rec.Status != middleware.ApprovalCompleted || rec.ConsumedBy != env.ExecutionID || rec.Approver.ID != boss.ID {
+	if rec.Status != store.ApprovalCompleted || rec.ConsumedBy != env.ExecutionID || rec.Approver.ID != boss.ID {
 		t.Errorf("record after the run: %+v", rec)
 	}
 
@@ -127,9 +128,9 @@ func TestApprovalLifecycle(t *testing.T) {
 // asynchronous replication can: the same approval can be consumed twice.
 type forgetfulStore struct{ *approvalstore.Memory }
 
-func (f forgetfulStore) Consume(ctx context.Context, id string, _ middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
+func (f forgetfulStore) Consume(ctx context.Context, id string, _ store.ConsumeRequest) (store.ConsumedApproval, error) {
 	rec, err := f.Get(ctx, id)
-	return middleware.ConsumedApproval{ID: rec.ID, Type: rec.Type, Approver: rec.Approver, Comment: rec.Comment, DecidedAt: rec.DecidedAt}, err
+	return store.ConsumedApproval{ID: rec.ID, Type: rec.Type, Approver: rec.Approver, Comment: rec.Comment, DecidedAt: rec.DecidedAt}, err
 }
 
 func TestApprovalIdempotencyKeyDerivesFromTheApproval(t *testing.T) {
@@ -159,13 +160,13 @@ func TestApprovalRefusals(t *testing.T) {
 		want   middleware.Code
 	}{
 		{name: "rejected", setup: func(g *gated, id string) {
-			g.eng.Decide(g.t.Context(), id, middleware.Decision{Approve: false, Approver: boss})
+			g.eng.Decide(g.t.Context(), id, store.Decision{Approve: false, Approver: boss})
 		}, want: middleware.CodeApprovalRejected},
 		{name: "expired", setup: func(g *gated, id string) { g.approve(id); g.advance(16 * time.Minute) }, want: middleware.CodeApprovalExpired},
 		{name: "input changed", setup: func(g *gated, id string) { g.approve(id) }, input: refund2, want: middleware.CodeApprovalInputMismatch},
 		{name: "another actor learns nothing", setup: func(g *gated, id string) { g.approve(id) },
 			actor: middleware.Actor{ID: "agent-8", Tenant: "acme"}, want: middleware.CodeApprovalNotFound},
-		{name: "unknown id", procID: func(string) string { return middleware.NewApprovalID() }, want: middleware.CodeApprovalNotFound},
+		{name: "unknown id", procID: func(string) string { return store.NewApprovalID() }, want: middleware.CodeApprovalNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGated(t, gatedCap)
@@ -219,7 +220,7 @@ func TestSelfApprovalIsRefused(t *testing.T) {
 	g := newGated(t, gatedCap)
 	id := g.requested(refund)
 	for _, approver := range []middleware.Actor{agent, {ID: "user-alice", Tenant: "acme"}} {
-		if _, err := g.eng.Decide(t.Context(), id, middleware.Decision{Approve: true, Approver: approver}); !errors.Is(err, middleware.ErrSelfApproval) {
+		if _, err := g.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: approver}); !errors.Is(err, store.ErrSelfApproval) {
 			t.Errorf("%s approving the request of %s: %v, want ErrSelfApproval", approver.ID, agent.ID, err)
 		}
 	}
@@ -323,21 +324,21 @@ func TestApprovalViewIsRenderedByTheApplication(t *testing.T) {
 	}
 }
 
-type failingStore struct{ middleware.ApprovalStore }
+type failingStore struct{ store.ApprovalStore }
 
-func (failingStore) Create(context.Context, middleware.ApprovalRequest) (middleware.ApprovalRecord, error) {
-	return middleware.ApprovalRecord{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+func (failingStore) Create(context.Context, store.ApprovalRequest) (store.ApprovalRecord, error) {
+	return store.ApprovalRecord{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
 
 func (failingStore) Release(context.Context, string, string) error { return errors.New("i/o timeout") }
 
-func (failingStore) Consume(context.Context, string, middleware.ConsumeRequest) (middleware.ConsumedApproval, error) {
-	return middleware.ConsumedApproval{}, errors.New("i/o timeout")
+func (failingStore) Consume(context.Context, string, store.ConsumeRequest) (store.ConsumedApproval, error) {
+	return store.ConsumedApproval{}, errors.New("i/o timeout")
 }
 
 func TestGateFailsClosed(t *testing.T) {
 	g := newGated(t, gatedCap, middleware.WithApprovalStore(failingStore{}))
-	for _, id := range []string{"", middleware.NewApprovalID()} {
+	for _, id := range []string{"", store.NewApprovalID()} {
 		env, err, _ := g.call(agent, refund, id)
 		wantCode(t, env, err, middleware.CodeApprovalUnavailable)
 		if !env.Error.Retryable {
@@ -376,7 +377,7 @@ func TestOutcomeIsRecordedEvenWhenTheCallerLeft(t *testing.T) {
 	})
 	wantCode(t, env, err, middleware.CodeCancelled)
 	rec, _ := g.store.Get(t.Context(), id)
-	if rec.Status != middleware.ApprovalFailed || rec.Outcome.Code != middleware.CodeCancelled {
+	if rec.Status != store.ApprovalFailed || rec.Outcome.Code != middleware.CodeCancelled {
 		t.Errorf("outcome not recorded after the caller left: %+v", rec)
 	}
 }

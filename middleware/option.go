@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"log/slog"
 	"time"
 
@@ -33,7 +34,7 @@ type config struct {
 	now            func() time.Time
 	newID          func(prefix string) string
 	digestKey      []byte
-	store          ApprovalStore
+	store          store.ApprovalStore
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
 	condition      func(ctx context.Context, q ApprovalQuery) (bool, string, error)
@@ -227,7 +228,7 @@ func WithDigestKey(key []byte) Option {
 // an in-memory store for one process, Redis for many). Without a store,
 // [New] refuses capabilities that require an approval and
 // [WithApprovalCondition].
-func WithApprovalStore(s ApprovalStore) Option {
+func WithApprovalStore(s store.ApprovalStore) Option {
 	return optionFunc(func(c *config) { c.store = s })
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -79,7 +80,7 @@ type execution struct {
 	digest         string // plain, for approvals
 	eventDigest    string // keyed when configured
 	approvalID     string
-	approval       *ConsumedApproval
+	approval       *store.ConsumedApproval
 	consumed       bool // an approval was consumed: its outcome is recorded
 	streaming      bool
 	endTrace       func(Envelope) // the tracer's, or nil
@@ -154,7 +155,7 @@ func (x *execution) admit() *Error {
 
 // cheapChecks is stage 2a: what costs nothing to refuse.
 func (x *execution) cheapChecks() *Error {
-	if x.call.ApprovalID != "" && !ValidApprovalID(x.call.ApprovalID) {
+	if x.call.ApprovalID != "" && !store.ValidApprovalID(x.call.ApprovalID) {
 		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", seam.HeaderApprovalID, len(x.call.ApprovalID))}
 	}
 	if x.actorErr != nil {
@@ -627,7 +628,7 @@ func (x *execution) emit(ev Event) {
 	ev.Time = x.e.cfg.now()
 	ev.ExecutionID = x.id
 	ev.Procedure = x.proc
-	ev.Actor = x.actor.Ref()
+	ev.Actor = ref(x.actor)
 	ev.InputDigest = x.eventDigest
 	ev.SideEffect = x.cap.SideEffect
 	ev.Risk = x.cap.Risk

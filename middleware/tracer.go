@@ -92,7 +92,7 @@ func (x *execution) startTracing(streaming bool) {
 	ctx, end := t.StartExecution(x.ctx, ExecutionInfo{
 		ID:          x.id,
 		Procedure:   x.proc,
-		Actor:       x.actor.Ref(),
+		Actor:       ref(x.actor),
 		InputDigest: x.eventDigest,
 		SideEffect:  x.cap.SideEffect,
 		Risk:        x.cap.Risk,

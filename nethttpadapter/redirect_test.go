@@ -2,6 +2,7 @@ package nethttpadapter_test
 
 import (
 	"context"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -79,12 +80,12 @@ func TestWrapMuxRefusesAPathTheMuxWouldRedirectBeforeTheApprovalGate(t *testing.
 			}
 
 			resp, env := call(tc.canonical, "")
-			if resp.StatusCode != http.StatusPreconditionRequired || !middleware.ValidApprovalID(env.ApprovalID) {
+			if resp.StatusCode != http.StatusPreconditionRequired || !store.ValidApprovalID(env.ApprovalID) {
 				t.Fatalf("first call: %d %+v, want 428 with an approval id", resp.StatusCode, env)
 			}
 			trail()
 			approvalID := env.ApprovalID
-			if _, err := h.eng.Decide(t.Context(), approvalID, middleware.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-bob", Tenant: "acme"}}); err != nil {
+			if _, err := h.eng.Decide(t.Context(), approvalID, store.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-bob", Tenant: "acme"}}); err != nil {
 				t.Fatal(err)
 			}
 			if e := recv(t, events, "the approval"); e.Type != middleware.EventApproved {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"io"
 	"net/http"
 	"time"
@@ -107,7 +108,7 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 
 	a.title("7. Cancelling an order is destructive: always approved first; the manager rejects it")
 	r.AskCancel = a.show(unary(ctx, a.client.CancelOrder, &ordersv1.CancelOrderRequest{OrderId: "42"}, ""))
-	if _, err := a.s.eng.Decide(ctx, r.AskCancel.ApprovalID, middleware.Decision{Approve: false, Approver: manager, Comment: "the customer wants to keep it"}); err != nil {
+	if _, err := a.s.eng.Decide(ctx, r.AskCancel.ApprovalID, store.Decision{Approve: false, Approver: manager, Comment: "the customer wants to keep it"}); err != nil {
 		return r, err
 	}
 	r.CancelRejected = a.show(unary(ctx, a.client.CancelOrder, &ordersv1.CancelOrderRequest{OrderId: "42"}, r.AskCancel.ApprovalID))

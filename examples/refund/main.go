@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"io"
 	"os"
 	"os/signal"
@@ -69,7 +70,7 @@ func run(redisURL string, serve, console bool, addr string, out io.Writer) error
 	return err
 }
 
-func openStore(redisURL string) (middleware.ApprovalStore, func(), error) {
+func openStore(redisURL string) (store.ApprovalStore, func(), error) {
 	if redisURL == "" {
 		return approvalstore.NewMemory(), func() {}, nil
 	}
@@ -90,7 +91,7 @@ func openStore(redisURL string) (middleware.ApprovalStore, func(), error) {
 // admin endpoint or the approval console would.
 func autoApprove(s *server) approver {
 	return func(ctx context.Context, id string) error {
-		rec, err := s.eng.Decide(ctx, id, middleware.Decision{Approve: true, Approver: manager, Comment: "ok, the customer called"})
+		rec, err := s.eng.Decide(ctx, id, store.Decision{Approve: true, Approver: manager, Comment: "ok, the customer called"})
 		if err == nil {
 			fmt.Fprintf(os.Stdout, "   %s (%s) approved %q, requested by %s for: %s\n", manager.ID, rec.Type, id, rec.Requester.ID, rec.View)
 		}
@@ -109,7 +110,7 @@ func consoleApprove(s *server, out io.Writer) approver {
 			if err != nil {
 				return err
 			}
-			if rec.Status != middleware.ApprovalPending {
+			if rec.Status != store.ApprovalPending {
 				fmt.Fprintf(out, "   %s %s it: %q\n", rec.Approver.ID, rec.Status, rec.Comment)
 				return nil
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"net"
 	"net/http"
 	"strings"
@@ -38,7 +39,7 @@ type server struct {
 	http  *http.Server
 }
 
-func newServer(store middleware.ApprovalStore) (*server, error) {
+func newServer(store store.ApprovalStore) (*server, error) {
 	s := &server{svc: orders.New(), audit: newAudit()}
 	eng, err := middleware.New(nil, // the capabilities are the method options in orders.proto
 		middleware.WithApprovalStore(store),
