@@ -2,7 +2,6 @@ package approvalconsole_test
 
 import (
 	"encoding/json"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 func TestListShowsThePendingApprovalsOfTheApproversTenant(t *testing.T) {

@@ -3,12 +3,12 @@ package approvalconsole
 import (
 	"crypto/rand"
 	"embed"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"io/fs"
 	"net/http"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 //go:embed assets

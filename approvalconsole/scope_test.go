@@ -2,7 +2,6 @@ package approvalconsole_test
 
 import (
 	"encoding/json"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // listed returns the ids GET /api/approvals shows session's approver.

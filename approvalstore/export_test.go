@@ -3,13 +3,13 @@ package approvalstore
 import (
 	"context"
 	"encoding/json"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // WithClockOffset adds offset() to Redis TIME in every script of the Redis

@@ -3,10 +3,11 @@ package approvalstore
 import (
 	"context"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // Memory keeps approvals in one process: the embedded default. A process

@@ -3,7 +3,6 @@ package approvalstore_test
 import (
 	"context"
 	"errors"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.uber.org/goleak"
 )
 

@@ -2,8 +2,9 @@ package approvalstore
 
 import (
 	"context"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"time"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 const (

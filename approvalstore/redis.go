@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"net"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // Redis keeps approvals in Redis, so that an approval executes at most once

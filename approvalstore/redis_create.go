@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // maxClaims bounds Create's attempts to claim a place in the pending index

@@ -3,7 +3,6 @@ package approvalstore_test
 import (
 	"context"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The engine-level tests: approvals requested, decided and resumed through

@@ -2,7 +2,6 @@ package approvalstore_test
 
 import (
 	"context"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // countingStore records the executions a store let consume an approval.

@@ -3,10 +3,11 @@ package approvalstore
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // A record is one Redis hash of explicit fields, so that status and

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"maps"
 	"net"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // TestRedisWaitWithReplica: with a replica attached, WAIT 1 succeeds and

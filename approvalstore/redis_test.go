@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // offsetClock is a clock offset a test moves forward; the Redis store adds

@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"time"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The rules every store applies, in Go for the memory store; the Redis

@@ -4,17 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The suite's timings: short, so the suite runs in seconds over a real
@@ -33,6 +37,10 @@ const (
 // secret is text a failing handler puts in its errors and panics; it must
 // never reach a client.
 const secret = "db-password-hunter2"
+
+// relayedExecution is the execution id ModeRelay's handler copies from a
+// pretend downstream response.
+const relayedExecution = "exe_00000000000000000000000000000001"
 
 // The actors of the suite: the engine authenticates every call as agent.
 var (
@@ -56,15 +64,29 @@ func capabilities() map[Fixture]middleware.Capability {
 // RunAdapter checks that an adapter keeps the guarantees of the
 // specification: one named subtest per rule an adapter can break, each
 // against a server the harness starts. A failure message names the rule.
+//
+// A harness that implements [InProcess] runs every rule inside a
+// testing/synctest bubble, on a fake clock.
 func RunAdapter(t *testing.T, h Harness) {
 	t.Helper()
+	inProcess := false
+	if ip, ok := h.(InProcess); ok {
+		inProcess = ip.InProcess()
+	}
 	for _, r := range adapterRules {
 		t.Run(r.name, func(t *testing.T) {
-			s := newSuite(t, h)
-			if r.stream && s.streams == nil {
-				t.Skip("the harness does not govern streams")
+			rule := func(t *testing.T) {
+				s := newSuite(t, h)
+				if r.stream && s.streams == nil {
+					t.Skip("the harness does not govern streams")
+				}
+				r.check(s)
 			}
-			r.check(s)
+			if inProcess {
+				synctest.Test(t, rule)
+				return
+			}
+			rule(t)
 		})
 	}
 }
@@ -75,7 +97,7 @@ type suite struct {
 	*testing.T
 	h       Harness
 	eng     *middleware.Engine
-	rec     *middleware.EventRecorder
+	rec     *agentsafetest.Recorder
 	client  Client
 	streams StreamClient
 
@@ -91,12 +113,13 @@ func newSuite(t *testing.T, h Harness) *suite {
 	for f, c := range capabilities() {
 		reg.Register(h.Procedure(f), c)
 	}
-	rec := &middleware.EventRecorder{}
+	rec := &agentsafetest.Recorder{}
 	eng, err := middleware.New(reg,
 		middleware.WithEventSink(rec),
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return suiteAgent, nil }),
 		middleware.WithProtoFiles(nil), // the suite's capabilities, exactly
+		middleware.WithLogger(slog.New(slog.DiscardHandler)),
 	)
 	if err != nil {
 		t.Fatalf("conformance: building the engine: %v", err)
@@ -159,6 +182,24 @@ func (s *suite) handle(ctx context.Context, f Fixture, req Request, setHeader fu
 		if x.Attempt == 1 {
 			return Response{}, middleware.Retryable(errors.New("conformance: transient failure after writing a header"))
 		}
+	case ModeFrameworkDeadline:
+		<-ctx.Done()
+		return Response{}, &Status{Code: StatusDeadlineExceeded, Message: "conformance: deadline exceeded"}
+	case ModeUnavailable:
+		if n <= req.FailTimes {
+			return Response{}, &Status{Code: StatusUnavailable, Message: "conformance: briefly unavailable"}
+		}
+	case ModeFrameworkError:
+		return Response{}, &Status{Code: StatusUnimplemented, Message: FrameworkErrorMessage, Detail: FrameworkErrorDetail}
+	case ModeMutate:
+		if x.Attempt == 1 {
+			return Response{}, middleware.Retryable(errors.New("conformance: transient failure after mutating the input"))
+		}
+	case ModeRelay:
+		setHeader(adapter.HeaderExecutionID, relayedExecution)
+		setHeader(adapter.HeaderAttempts, "9")
+		setHeader(adapter.HeaderApprovalID, "apr_00000000000000000000000000000000")
+		setHeader(adapter.HeaderCode, "TIMEOUT")
 	}
 	return resp, nil
 }
@@ -201,33 +242,37 @@ func (s *suite) wait(ch chan struct{}, what string) {
 	}
 }
 
-// eventually polls cond until it holds, for what the server does after
-// the client has its answer.
-func (s *suite) eventually(what string, cond func() bool) {
-	s.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			s.Fatalf("conformance: %s did not happen within %s", what, patience)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// final returns the final events of an execution, once there is one.
+// final returns the final events of an execution, once there is one:
+// the sinks are delivered asynchronously, so a rule that read the envelope
+// waits for them here.
 func (s *suite) final(executionID string) []middleware.Event {
 	s.Helper()
+	ctx, cancel := context.WithTimeout(s.Context(), patience)
+	defer cancel()
+	evs, err := s.rec.WaitFinal(ctx, executionID)
+	if err != nil {
+		s.Fatalf("conformance: the final event of %s did not arrive within %s: %v", executionID, patience, err)
+	}
 	var finals []middleware.Event
-	s.eventually("the final event of "+executionID, func() bool {
-		finals = finals[:0]
-		for _, e := range s.rec.Execution(executionID) {
-			if e.Type.Final() {
-				finals = append(finals, e)
-			}
+	for _, e := range evs {
+		if e.Type.Final() {
+			finals = append(finals, e)
 		}
-		return len(finals) > 0
-	})
+	}
 	return finals
+}
+
+// waitEvent waits until the execution has emitted an event of type t.
+func (s *suite) waitEvent(executionID string, t middleware.EventType) {
+	s.Helper()
+	ctx, cancel := context.WithTimeout(s.Context(), patience)
+	defer cancel()
+	_, err := s.rec.Wait(ctx, executionID, func(evs []middleware.Event) bool {
+		return slices.ContainsFunc(evs, func(e middleware.Event) bool { return e.Type == t })
+	})
+	if err != nil {
+		s.Fatalf("conformance: %s of %s did not arrive within %s: %v", t, executionID, patience, err)
+	}
 }
 
 // finalCount counts the final events so far: the server emits a call's
@@ -316,8 +361,8 @@ var adapterRules = []adapterRule{
 		r := s.call(FixtureRead, req, "")
 		s.expect(rule, r, middleware.CodeExecutionFailed)
 		s.wantRuns(rule, req.ID, 3)
-		if r.Envelope.Attempts != 3 || r.Header.Get(middleware.HeaderAttempts) != "3" {
-			s.Errorf("%s: envelope says %d attempts, header %q, want 3", rule, r.Envelope.Attempts, r.Header.Get(middleware.HeaderAttempts))
+		if r.Envelope.Attempts != 3 || r.Header.Get(adapter.HeaderAttempts) != "3" {
+			s.Errorf("%s: envelope says %d attempts, header %q, want 3", rule, r.Envelope.Attempts, r.Header.Get(adapter.HeaderAttempts))
 		}
 	}},
 	{name: "Timeout/an attempt's own timeout is TIMEOUT", check: func(s *suite) {
@@ -344,9 +389,7 @@ var adapterRules = []adapterRule{
 			s.Errorf("%s: the late result reached the client: %+v", rule, r.Response)
 		}
 		s.wait(s.returned[req.ID], "the abandoned handler to return")
-		s.eventually("capability.abandoned_result", func() bool {
-			return slices.ContainsFunc(s.rec.Execution(r.Envelope.ExecutionID), func(e middleware.Event) bool { return e.Type == middleware.EventAbandonedResult })
-		})
+		s.waitEvent(r.Envelope.ExecutionID, middleware.EventAbandonedResult)
 	}},
 	{name: "Isolation/an abandoned attempt never writes to the client", check: func(s *suite) {
 		const rule = "only the finalized attempt's headers reach the wire"
@@ -388,10 +431,16 @@ var adapterRules = []adapterRule{
 		req := s.request(ModeHang)
 		ctx, cancel := context.WithTimeout(s.Context(), attemptTimeout/3)
 		defer cancel()
-		s.client.Call(ctx, FixtureRead, req, "")
+		r := s.client.Call(ctx, FixtureRead, req, "")
 		runs := s.wantRuns(rule, req.ID, 1)
 		if finals := s.final(runs[0].ID); finals[0].Code != middleware.CodeCancelled {
 			s.Errorf("%s: final event code %s, want CANCELLED", rule, finals[0].Code)
+		}
+		// When the client read the server's answer before its own timer
+		// fired, that answer is DeadlineExceeded, as every gRPC server
+		// reports a caller's deadline.
+		if r.Envelope.ExecutionID != "" && r.Status != nil && r.Status.Code != StatusDeadlineExceeded {
+			s.Errorf("the caller's own deadline is written as DeadlineExceeded: the client read code %d", r.Status.Code)
 		}
 	}},
 	{name: "Envelope/exactly one envelope and one final event per call", check: func(s *suite) {
@@ -428,7 +477,7 @@ var adapterRules = []adapterRule{
 		req := s.request(ModeOK)
 		r := s.call(FixtureRead, req, "")
 		s.expect(rule, r, middleware.CodeOK)
-		if r.Header.Get(middleware.HeaderExecutionID) != r.Response.ExecutionID || r.Header.Get(middleware.HeaderAttempts) != "1" {
+		if r.Header.Get(adapter.HeaderExecutionID) != r.Response.ExecutionID || r.Header.Get(adapter.HeaderAttempts) != "1" {
 			s.Errorf("%s: headers %v, handler ran in %s", rule, r.Header, r.Response.ExecutionID)
 		}
 	}},
@@ -455,6 +504,9 @@ var adapterRules = []adapterRule{
 		r := s.call(FixtureWrite, s.request(ModeFail), "")
 		s.expect(rule, r, middleware.CodeExecutionFailed)
 		s.concealed(rule, r)
+		if !r.EngineDetail {
+			s.Errorf("%s: a concealed error is the engine's outcome and carries its detail", rule)
+		}
 	}},
 	{name: "Concealment/a panic is concealed and not retried", check: func(s *suite) {
 		const rule = "a panicking handler is a concealed, non-retryable EXECUTION_FAILED"
@@ -494,8 +546,74 @@ var adapterRules = []adapterRule{
 		r := s.call(FixtureRead, req, "apr_not-an-id")
 		s.expect(rule, r, middleware.CodeInvalidArgument)
 		s.wantRuns(rule, req.ID, 0)
-		if !strings.Contains(r.Envelope.Error.Message, middleware.HeaderApprovalID) {
+		if !strings.Contains(r.Envelope.Error.Message, adapter.HeaderApprovalID) {
 			s.Errorf("%s: message %q does not name the header", rule, r.Envelope.Error.Message)
+		}
+	}},
+	{name: "Status/a framework deadline status after the attempt's deadline is TIMEOUT", check: func(s *suite) {
+		const rule = "a framework cancel or deadline status after the context ended is the context's outcome"
+		req := s.request(ModeFrameworkDeadline)
+		r := s.call(FixtureSlow, req, "")
+		s.expect(rule, r, middleware.CodeTimeout)
+		s.wantRuns(rule, req.ID, 1)
+		if !r.EngineDetail {
+			s.Errorf("%s: TIMEOUT is the engine's outcome and carries its detail", rule)
+		}
+	}},
+	{name: "Status/a framework Unavailable status is transient", check: func(s *suite) {
+		const rule = "a framework's Unavailable is retried where the capability allows"
+		req := s.request(ModeUnavailable)
+		req.FailTimes = 1
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		s.wantRuns(rule, req.ID, 2)
+	}},
+	{name: "Status/a handler's framework error reaches the client unchanged", check: func(s *suite) {
+		const rule = "a framework error the handler returned passes through unchanged: code, message, details; no agentsafe detail"
+		req := s.request(ModeFrameworkError)
+		r := s.call(FixtureWrite, req, "")
+		s.expect(rule, r, middleware.CodeExecutionFailed)
+		s.wantRuns(rule, req.ID, 1)
+		want := Status{Code: StatusUnimplemented, Message: FrameworkErrorMessage, Detail: FrameworkErrorDetail}
+		if r.Status == nil || *r.Status != want {
+			s.Errorf("%s: the client decoded %+v, want %+v", rule, r.Status, want)
+		}
+		if r.EngineDetail {
+			s.Errorf("%s: the handler's own error gained agentsafe's detail", rule)
+		}
+		if r.Header.Get(adapter.HeaderCode) != middleware.CodeExecutionFailed.String() || r.Header.Get(adapter.HeaderRetryable) != "false" {
+			s.Errorf("%s: the envelope's code and retryable flag travel as %s and %s: got %q and %q", rule,
+				adapter.HeaderCode, adapter.HeaderRetryable, r.Header.Get(adapter.HeaderCode), r.Header.Get(adapter.HeaderRetryable))
+		}
+	}},
+	{name: "Isolation/a handler that mutates its input cannot change the next attempt's", check: func(s *suite) {
+		const rule = "each attempt gets the input as the caller sent it"
+		req := s.request(ModeMutate)
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		s.wantRuns(rule, req.ID, 2)
+		if n := len(s.runsOf(MutatedID)); n > 0 {
+			s.Errorf("%s: %d attempts saw the input attempt 1 mutated", rule, n)
+		}
+	}},
+	{name: "Envelope/a relayed downstream envelope never shadows this one", check: func(s *suite) {
+		const rule = "the envelope's headers are the engine's alone"
+		req := s.request(ModeRelay)
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		runs := s.wantRuns(rule, req.ID, 1)
+		if r.Envelope.ExecutionID != runs[0].ID || r.Envelope.Attempts != 1 || r.Envelope.ApprovalID != "" {
+			s.Errorf("%s: the client read %+v, the call ran as %s", rule, r.Envelope, runs[0].ID)
+		}
+		for h, want := range map[string][]string{
+			adapter.HeaderExecutionID: {runs[0].ID},
+			adapter.HeaderAttempts:    {"1"},
+			adapter.HeaderApprovalID:  nil,
+			adapter.HeaderCode:        nil,
+		} {
+			if got := r.Header.Values(h); !slices.Equal(got, want) {
+				s.Errorf("%s: %s on the wire = %q, want %q", rule, h, got, want)
+			}
 		}
 	}},
 	{name: "Stream/a stream carries ids and ends in one envelope", stream: true, check: func(s *suite) {
@@ -534,8 +652,8 @@ func firstExec(msgs []Response) string {
 
 func (s *suite) concealed(rule string, r Result) {
 	s.Helper()
-	if r.Envelope.Error == nil || r.Envelope.Error.Message != middleware.ConcealedMessage {
-		s.Errorf("%s: envelope message %+v, want %q", rule, r.Envelope.Error, middleware.ConcealedMessage)
+	if r.Envelope.Error == nil || r.Envelope.Error.Message != adapter.ConcealedMessage {
+		s.Errorf("%s: envelope message %+v, want %q", rule, r.Envelope.Error, adapter.ConcealedMessage)
 	}
 	for what, text := range map[string]string{"error": fmt.Sprint(r.Err), "body": string(r.Body), "headers": fmt.Sprint(r.Header)} {
 		if strings.Contains(text, secret) {

@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // StoreUnderTest is one fresh, empty store for [RunStore], with a way to

@@ -3,7 +3,6 @@ package connectadapter_test
 import (
 	"context"
 	"errors"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"strings"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // actorFromHeader stands in for real authentication: the actor comes from a

@@ -2,17 +2,17 @@ package connectadapter_test
 
 import (
 	"context"
-	"github.com/agentsafe/agentsafe/approvalstore"
-	"github.com/agentsafe/agentsafe/middleware"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
+	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // readService answers Read at once.

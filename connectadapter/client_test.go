@@ -2,12 +2,12 @@ package connectadapter_test
 
 import (
 	"context"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/url"
 	"slices"
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"

@@ -3,9 +3,9 @@ package grpcadapter_test
 import (
 	"context"
 	"fmt"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"net"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/grpcadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"

@@ -2,13 +2,13 @@ package grpcadapter_test
 
 import (
 	"context"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/grpcadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"

@@ -1,12 +1,12 @@
 package mcpadapter_test
 
 import (
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"

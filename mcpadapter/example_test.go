@@ -3,7 +3,6 @@ package mcpadapter_test
 import (
 	"context"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -13,6 +12,7 @@ import (
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

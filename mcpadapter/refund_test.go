@@ -2,7 +2,6 @@ package mcpadapter_test
 
 import (
 	"encoding/json"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"

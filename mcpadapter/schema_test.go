@@ -3,12 +3,12 @@ package mcpadapter_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/google/jsonschema-go/jsonschema"

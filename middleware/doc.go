@@ -49,10 +49,10 @@
 // # Errors
 //
 // Every outcome has a [Code]. A plain Go error from a handler is concealed
-// behind [ConcealedMessage] (its text goes to events, through
+// behind "the operation failed" (its text goes to events, through
 // [WithRedactor]); an *[Error] the handler returns on purpose keeps its
 // message. [Retryable] marks an error as transient for the default
-// [Classifier]. On the wire, an envelope's Retryable means "safe for the
+// classifier ([WithClassifier]). On the wire, an envelope's Retryable means "safe for the
 // caller to re-invoke", which a runtime-retryable TIMEOUT of a
 // non-idempotent write is not.
 //

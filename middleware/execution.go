@@ -11,11 +11,6 @@ import (
 // ref returns an actor's id and tenant, as events carry them.
 func ref(a Actor) ActorRef { return ActorRef{ID: a.ID, Tenant: a.Tenant} }
 
-// ActorFunc returns the actor of a call from its context, where the
-// application's authentication put it. An error fails the call closed with
-// CodeUnauthenticated.
-type ActorFunc func(ctx context.Context) (Actor, error)
-
 // Execution is what a handler may know about the execution it runs in.
 type Execution struct {
 	// ID is the execution's id: the same for every attempt of it.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // links agentsafe.test.v1 into GlobalFiles
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The rules of this file keep the engine closed when the caller is careless

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/digest"
 	"github.com/agentsafe/agentsafe/internal/ids"
 	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // ApprovalQuery is what an approval condition (see [WithApprovalCondition])

@@ -3,7 +3,6 @@ package middleware_test
 import (
 	"context"
 	"errors"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 const procRefund = "/orders.v1.Orders/Refund"

@@ -3,10 +3,10 @@ package middleware
 import (
 	"context"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"log/slog"
 	"time"
 
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
@@ -26,13 +26,12 @@ type config struct {
 	sinkTimeout    time.Duration
 	maxAbandoned   int
 	strict         bool
-	actor          ActorFunc
-	classify       Classifier
+	actor          func(context.Context) (Actor, error)
+	classify       func(error) bool
 	redact         func(error) string
 	sinks          []EventSink
 	tracer         Tracer
 	now            func() time.Time
-	newID          func(prefix string) string
 	digestKey      []byte
 	store          store.ApprovalStore
 	audience       string
@@ -71,55 +70,49 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-func (c *config) positive(name string, d time.Duration) bool {
-	if d <= 0 {
-		c.problems = append(c.problems, fmt.Sprintf("%s must be positive (got %s)", name, d))
-		return false
-	}
-	return true
+// Defaults are the engine-wide defaults and limits that capabilities do
+// not set themselves. A zero field keeps the default named on it;
+// negative values are invalid.
+type Defaults struct {
+	// Timeout is the per-attempt timeout of capabilities that set none: 30s.
+	Timeout time.Duration
+	// Backoff is the backoff base of capabilities that set none: 250ms.
+	Backoff time.Duration
+	// MaxBackoff caps every backoff: 30s.
+	MaxBackoff time.Duration
+	// Jitter adds a random ±Jitter to every backoff: none.
+	Jitter time.Duration
+	// ApprovalExpiry is the lifetime of approval records whose capability
+	// sets none: 15m.
+	ApprovalExpiry time.Duration
+	// MaxAbandoned caps, per capability, the attempts abandoned at their
+	// deadline that have not returned yet; over it new calls fail with
+	// RESOURCE_EXHAUSTED: 100.
+	MaxAbandoned int
 }
 
-// WithDefaultTimeout sets the per-attempt timeout of capabilities that do not
-// set one. The default is 30 seconds.
-func WithDefaultTimeout(d time.Duration) Option {
+// WithDefaults sets the engine-wide defaults and limits (see [Defaults]);
+// zero fields keep theirs.
+func WithDefaults(d Defaults) Option {
 	return optionFunc(func(c *config) {
-		if c.positive("WithDefaultTimeout", d) {
-			c.defaultTimeout = d
+		set := func(name string, v time.Duration, to *time.Duration) {
+			switch {
+			case v < 0:
+				c.problems = append(c.problems, fmt.Sprintf("Defaults.%s must not be negative (got %s)", name, v))
+			case v > 0:
+				*to = v
+			}
 		}
-	})
-}
-
-// WithDefaultBackoff sets the backoff base of capabilities that do not set
-// one. The default is 250ms.
-func WithDefaultBackoff(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if c.positive("WithDefaultBackoff", d) {
-			c.defaultBackoff = d
-		}
-	})
-}
-
-// WithBackoffLimits caps every backoff at max (default 30s) and adds a
-// random ±jitter to it (default none; zero turns it off).
-func WithBackoffLimits(max, jitter time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if c.positive("WithBackoffLimits max", max) {
-			c.maxBackoff = max
-		}
-		if jitter < 0 {
-			c.problems = append(c.problems, fmt.Sprintf("WithBackoffLimits jitter must not be negative (got %s)", jitter))
-			return
-		}
-		c.jitter = jitter
-	})
-}
-
-// WithDefaultApprovalExpiry sets the lifetime of approval records whose
-// capability does not set one. The default is 15 minutes.
-func WithDefaultApprovalExpiry(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if c.positive("WithDefaultApprovalExpiry", d) {
-			c.defaultExpiry = d
+		set("Timeout", d.Timeout, &c.defaultTimeout)
+		set("Backoff", d.Backoff, &c.defaultBackoff)
+		set("MaxBackoff", d.MaxBackoff, &c.maxBackoff)
+		set("Jitter", d.Jitter, &c.jitter)
+		set("ApprovalExpiry", d.ApprovalExpiry, &c.defaultExpiry)
+		switch {
+		case d.MaxAbandoned < 0:
+			c.problems = append(c.problems, fmt.Sprintf("Defaults.MaxAbandoned must not be negative (got %d)", d.MaxAbandoned))
+		case d.MaxAbandoned > 0:
+			c.maxAbandoned = d.MaxAbandoned
 		}
 	})
 }
@@ -136,13 +129,13 @@ func WithStrict() Option {
 // the application's authentication prepared. Its error fails the call with
 // CodeUnauthenticated. Without it every call has the zero Actor, which is
 // enough unless a capability needs an approval.
-func WithActor(f ActorFunc) Option {
+func WithActor(f func(ctx context.Context) (Actor, error)) Option {
 	return optionFunc(func(c *config) { c.actor = f })
 }
 
 // WithClassifier replaces [DefaultClassifier], which decides whether a
 // handler's error is worth a runtime retry. Nil keeps the default.
-func WithClassifier(f Classifier) Option {
+func WithClassifier(f func(err error) (retryable bool)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
 			c.classify = f
@@ -176,22 +169,11 @@ func WithEventSink(s EventSink) Option {
 // default is 250ms.
 func WithSinkTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if c.positive("WithSinkTimeout", d) {
-			c.sinkTimeout = d
-		}
-	})
-}
-
-// WithMaxAbandoned caps the attempts per capability that were abandoned at
-// their deadline and have not returned yet; over it new calls fail with
-// CodeResourceExhausted. The default is 100.
-func WithMaxAbandoned(n int) Option {
-	return optionFunc(func(c *config) {
-		if n <= 0 {
-			c.problems = append(c.problems, fmt.Sprintf("WithMaxAbandoned must be positive (got %d)", n))
+		if d <= 0 {
+			c.problems = append(c.problems, fmt.Sprintf("WithSinkTimeout must be positive (got %s)", d))
 			return
 		}
-		c.maxAbandoned = n
+		c.sinkTimeout = d
 	})
 }
 
@@ -202,17 +184,6 @@ func WithClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) {
 		if now != nil {
 			c.now = now
-		}
-	})
-}
-
-// WithIDGenerator replaces how execution ids and idempotency keys are made;
-// gen receives the prefix ("exe_" or "idk_") and must return unique values.
-// The default uses 128 bits from crypto/rand. Nil keeps the default.
-func WithIDGenerator(gen func(prefix string) string) Option {
-	return optionFunc(func(c *config) {
-		if gen != nil {
-			c.newID = gen
 		}
 	})
 }

@@ -21,24 +21,24 @@ func WithProtoFiles(files *protoregistry.Files) Option {
 	return optionFunc(func(c *config) { c.files, c.filesSet = files, true })
 }
 
-// Procedure returns the procedure name of a method: "/package.Service/Method".
-func Procedure(md protoreflect.MethodDescriptor) string {
+// procedureOf returns the procedure name of a method: "/package.Service/Method".
+func procedureOf(md protoreflect.MethodDescriptor) string {
 	return "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
 }
 
-// CapabilityFromOptions reads the agentsafe.v1.capability option of md. It
+// capabilityFromOptions reads the agentsafe.v1.capability option of md. It
 // reports false when the method carries none. The capability is not
 // validated here; [New] validates every one it finds. The problems returned
 // are what no Capability can express (a malformed duration, an
 // idempotency_level that contradicts the side effect); New reports them with
 // the others.
-func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, []*FieldError) {
+func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, []*FieldError) {
 	opts, ok := md.Options().(*descriptorpb.MethodOptions)
 	if !ok || opts == nil || !proto.HasExtension(opts, agentsafev1.E_Capability) {
 		return Capability{}, false, nil
 	}
 	pc, _ := proto.GetExtension(opts, agentsafev1.E_Capability).(*agentsafev1.Capability)
-	proc := Procedure(md)
+	proc := procedureOf(md)
 	var problems []*FieldError
 	bad := func(field, format string, args ...any) {
 		problems = append(problems, &FieldError{proc, "option", field, fmt.Sprintf(format, args...)})
@@ -102,15 +102,15 @@ func scanOptions(files *protoregistry.Files) scanned {
 			methods := services.Get(i).Methods()
 			for j := range methods.Len() {
 				md := methods.Get(j)
-				s.methods[Procedure(md)] = true
+				s.methods[procedureOf(md)] = true
 				if md.IsStreamingClient() || md.IsStreamingServer() {
-					s.streaming[Procedure(md)] = true
+					s.streaming[procedureOf(md)] = true
 				}
 				if opts, ok := md.Options().(*descriptorpb.MethodOptions); ok && opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS {
-					s.noSideEffects[Procedure(md)] = true
+					s.noSideEffects[procedureOf(md)] = true
 				}
-				if c, ok, p := CapabilityFromOptions(md); ok {
-					s.entries = append(s.entries, registryEntry{Procedure(md), c})
+				if c, ok, p := capabilityFromOptions(md); ok {
+					s.entries = append(s.entries, registryEntry{procedureOf(md), c})
 					s.problems = append(s.problems, p...)
 				}
 			}

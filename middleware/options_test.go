@@ -3,11 +3,11 @@ package middleware_test
 import (
 	"context"
 	"errors"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // registers the test service's options
 	"github.com/agentsafe/agentsafe/middleware"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/internal/ids"
 	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	retry "github.com/sethvargo/go-retry"
 )
 
@@ -107,11 +107,7 @@ func (e *Engine) open(ctx context.Context, proc string, call *seam.Call, c *capa
 		c = &capability{procedure: proc}
 	}
 	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
-	if e.cfg.newID == nil {
-		x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
-	} else {
-		x.id, x.idempotencyKey = e.cfg.newID(executionIDPrefix), e.cfg.newID(idempotencyKeyPrefix)
-	}
+	x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
 	if f := e.cfg.actor; f != nil {
 		x.actor, x.actorErr = f(ctx)
 	}
@@ -477,7 +473,7 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 	a.cancel()
 	switch {
 	case r.panic != nil:
-		return nil, &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Cause: r.panic}
+		return nil, &Error{Code: CodeExecutionFailed, Message: concealedMessage, Cause: r.panic}
 	case r.err == nil:
 		return r.v, nil
 	case errors.Is(r.err, seam.ErrNoResponse):
@@ -490,7 +486,7 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 		// it: the engine classifies by the context's cause.
 		return nil, x.contextError(a)
 	}
-	out := &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Retryable: x.e.classify(r.err), Cause: r.err}
+	out := &Error{Code: CodeExecutionFailed, Message: concealedMessage, Retryable: x.e.classify(r.err), Cause: r.err}
 	if declared, ok := errors.AsType[*Error](r.err); ok {
 		if declared.Code != CodeOK {
 			out.Code = declared.Code

@@ -3,8 +3,6 @@ package middleware
 import (
 	"context"
 	"log/slog"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -57,47 +55,6 @@ func (g *guardedSink) deliver(ctx context.Context, ev Event) {
 	}
 }
 
-// EventRecorder is an [EventSink] that keeps every event in memory, for
-// tests and the conformance suite. It is safe for concurrent use.
-type EventRecorder struct {
-	mu     sync.Mutex
-	events []Event
-}
-
-// HandleEvent records e.
-func (r *EventRecorder) HandleEvent(_ context.Context, e Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-// Events returns a copy of every event recorded so far, in arrival order.
-func (r *EventRecorder) Events() []Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.events)
-}
-
-// Execution returns the events of one execution, in order.
-func (r *EventRecorder) Execution(executionID string) []Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []Event
-	for _, e := range r.events {
-		if e.ExecutionID == executionID {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// Reset forgets every recorded event.
-func (r *EventRecorder) Reset() {
-	r.mu.Lock()
-	r.events = nil
-	r.mu.Unlock()
-}
-
 // NewSlogSink returns a sink that logs each event on logger (slog.Default()
 // when nil): final failures at Warn, everything else at Info. Only the
 // fields an event uses are logged.
@@ -143,73 +100,4 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.Error != "", slog.String("error", e.Error))
 	add(e.Stack != "", slog.String("stack", e.Stack))
 	s.l.LogAttrs(ctx, level, string(e.Type), attrs...)
-}
-
-// AsyncSink hands events to another sink on its own goroutine through a
-// bounded queue, so a slow sink costs the execution one channel send. When
-// the queue is full the event is dropped and counted. Order is kept.
-type AsyncSink struct {
-	next    EventSink
-	queue   chan asyncEvent
-	done    chan struct{}
-	dropped atomic.Uint64
-	mu      sync.RWMutex // guards closed against a send racing Close
-	closed  bool
-}
-
-type asyncEvent struct {
-	ctx context.Context
-	ev  Event
-}
-
-// NewAsyncSink starts an [AsyncSink] in front of next with room for size
-// queued events (1024 when size ≤ 0). Call Close to drain and stop it.
-func NewAsyncSink(next EventSink, size int) *AsyncSink {
-	if size <= 0 {
-		size = 1024
-	}
-	a := &AsyncSink{next: next, queue: make(chan asyncEvent, size), done: make(chan struct{})}
-	go a.run()
-	return a
-}
-
-func (a *AsyncSink) run() {
-	defer close(a.done)
-	for q := range a.queue {
-		func() {
-			defer func() { _ = recover() }()
-			a.next.HandleEvent(q.ctx, q.ev)
-		}()
-	}
-}
-
-// HandleEvent queues e, or drops it when the queue is full or the sink is
-// closed.
-func (a *AsyncSink) HandleEvent(ctx context.Context, e Event) {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	if a.closed {
-		a.dropped.Add(1)
-		return
-	}
-	select {
-	case a.queue <- asyncEvent{context.WithoutCancel(ctx), e}:
-	default:
-		a.dropped.Add(1)
-	}
-}
-
-// Dropped returns how many events were dropped so far.
-func (a *AsyncSink) Dropped() uint64 { return a.dropped.Load() }
-
-// Close stops accepting events, delivers those queued, and waits for the
-// delivery goroutine to end. It is safe to call more than once.
-func (a *AsyncSink) Close() {
-	a.mu.Lock()
-	if !a.closed {
-		a.closed = true
-		close(a.queue)
-	}
-	a.mu.Unlock()
-	<-a.done
 }

@@ -2,7 +2,6 @@ package nethttpadapter_test
 
 import (
 	"fmt"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // registers the test service's method options
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // The capability of a route comes from the engine: a protobuf method option

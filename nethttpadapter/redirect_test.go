@@ -2,7 +2,6 @@ package nethttpadapter_test
 
 import (
 	"context"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 

@@ -3,10 +3,10 @@ package twirpadapter_test
 import (
 	"context"
 	"fmt"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/twirpadapter"

@@ -2,7 +2,6 @@ package twirpadapter_test
 
 import (
 	"context"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/twirpadapter"

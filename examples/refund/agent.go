@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"io"
 	"net/http"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/agentsafe/agentsafe/examples/internal/orders"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

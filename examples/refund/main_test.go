@@ -1,13 +1,13 @@
 package main
 
 import (
-	"github.com/agentsafe/agentsafe/middleware/store"
 	"io"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // TestStory runs the scripted agent against the example server and checks

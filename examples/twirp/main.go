@@ -9,11 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"net"
 	"net/http"
 	"os"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 	"github.com/agentsafe/agentsafe/examples/internal/orders"
 	"github.com/agentsafe/agentsafe/middleware"

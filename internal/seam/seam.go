@@ -65,3 +65,7 @@ type KeyLabel struct{}
 // HeaderApprovalID is the request header a resumed call presents its
 // approval id in.
 const HeaderApprovalID = "Agentsafe-Approval-Id"
+
+// ConcealedMessage replaces the message of every error a handler did not
+// declare on purpose (see adapter.ConcealedMessage).
+const ConcealedMessage = "the operation failed"

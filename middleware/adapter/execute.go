@@ -144,3 +144,27 @@ func HandlerError(err error) (error, bool) {
 // attempt the engine abandoned, it is a success, and the attempt's value
 // is its response.
 var ErrNoResponse = seam.ErrNoResponse
+
+// ConcealedMessage is the message of every failure whose error the handler
+// did not declare on purpose (a plain Go error, a panic): internals never
+// reach the caller; the real error goes to events only.
+const ConcealedMessage = seam.ConcealedMessage
+
+// CarriesDetail reports whether the failure err (from [Execute]) is
+// written with agentsafe's own detail — the agentsafe.v1.ErrorDetail
+// (Connect, gRPC), agentsafe_ meta (Twirp), the JSON envelope as the body
+// (net/http): every outcome the engine decided (timeout, approvals,
+// concealment, a panic, a refusal), but neither a framework's own error
+// ([HandlerError]), which passes unchanged, nor CANCELLED, the caller
+// having left, which is written as the framework writes a caller that left
+// ([RPCCode]: Canceled, or DeadlineExceeded for its own deadline) — no
+// client is waiting to read a detail then, and clients that compare
+// details see exactly what the framework sends. The envelope's headers
+// ([SetHeaders]) are written in every case.
+func CarriesDetail(err error) bool {
+	if err == nil || middleware.CodeOf(err) == middleware.CodeCancelled {
+		return false
+	}
+	_, own := HandlerError(err)
+	return !own
+}

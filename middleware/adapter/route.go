@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/internal/seam"
 	"github.com/agentsafe/agentsafe/middleware"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Route is what an engine says about one procedure, resolved once per
@@ -69,3 +70,9 @@ func (r Route) Capability() (middleware.Capability, bool) {
 // handler may mutate its input, and an abandoned attempt may still run).
 // When it is false, no copy is needed.
 func (r Route) MayRetry() bool { return r.r != nil && r.r.MayRetry() }
+
+// Procedure returns the procedure name of a method, as the engine and the
+// RPC adapters name it: "/package.Service/Method".
+func Procedure(md protoreflect.MethodDescriptor) string {
+	return "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
+}
