@@ -21,7 +21,7 @@ func BenchmarkGoverned(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	call := middleware.Call{Procedure: procRead}
+	call := call{Procedure: procRead}
 	ctx := context.Background()
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
@@ -32,7 +32,7 @@ func BenchmarkGoverned(b *testing.B) {
 	b.Run("engine", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			sink, _, _ = eng.Execute(ctx, call, noop)
+			sink, _, _ = execute(eng, ctx, call, noop)
 		}
 	})
 	b.Run("engine-cancelable-ctx", func(b *testing.B) {
@@ -40,7 +40,7 @@ func BenchmarkGoverned(b *testing.B) {
 		defer cancel()
 		b.ReportAllocs()
 		for b.Loop() {
-			sink, _, _ = eng.Execute(ctx, call, noop)
+			sink, _, _ = execute(eng, ctx, call, noop)
 		}
 	})
 	transient := middleware.Retryable(errors.New("transient"))
@@ -48,7 +48,7 @@ func BenchmarkGoverned(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			first := true
-			sink, _, _ = eng.Execute(ctx, call, func(context.Context) (any, error) {
+			sink, _, _ = execute(eng, ctx, call, func(context.Context) (any, error) {
 				if first {
 					first = false
 					return nil, transient

@@ -35,7 +35,7 @@ func Example() {
 		return "order 42: shipped", nil
 	}
 
-	v, env, err := eng.Execute(context.Background(), middleware.Call{Procedure: "/orders.v1.OrderService/GetOrder"}, getOrder)
+	v, env, err := execute(eng, context.Background(), call{Procedure: "/orders.v1.OrderService/GetOrder"}, getOrder)
 	fmt.Println(v, err)
 	fmt.Println(env.Status, "after", env.Attempts, "attempts")
 	fmt.Println("same idempotency key on both attempts:", keys[0] == keys[1])

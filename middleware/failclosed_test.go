@@ -12,9 +12,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // links agentsafe.test.v1 into GlobalFiles
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
@@ -69,7 +71,7 @@ func TestTheInputIsCheckedBeforeTheConditionReadsIt(t *testing.T) {
 	var asked atomic.Int32
 	condition := func(_ context.Context, q middleware.ApprovalQuery) (bool, string, error) {
 		asked.Add(1)
-		doc, err := q.Input.JSON()
+		doc, err := q.Input()
 		if err != nil {
 			return false, "", err
 		}
@@ -83,7 +85,7 @@ func TestTheInputIsCheckedBeforeTheConditionReadsIt(t *testing.T) {
 	g := newGated(t, middleware.Capability{SideEffect: middleware.SideEffectWrite}, middleware.WithApprovalCondition(condition))
 	// The condition's map sees 1; a handler's struct, matching names
 	// case-insensitively, would see 1,500,000.
-	env, err, _ := g.call(agent, middleware.JSONInput([]byte(`{"amountCents":1,"AmountCents":1500000}`)), "")
+	env, err, _ := g.call(agent, adapter.JSONInput([]byte(`{"amountCents":1,"AmountCents":1500000}`)), "")
 	wantCode(t, env, err, middleware.CodeInvalidArgument)
 	if g.runs.Load() != 0 || asked.Load() != 0 {
 		t.Fatalf("handler ran %d times, condition asked %d times: a condition must never judge a document the digest refuses", g.runs.Load(), asked.Load())
@@ -94,11 +96,11 @@ func TestTheInputIsCheckedBeforeTheConditionReadsIt(t *testing.T) {
 func TestNumbersBeyondDoublePrecisionCannotBeApproved(t *testing.T) {
 	g := newGated(t, plainWriteGate)
 	for _, doc := range []string{`{"amount":12345678901234567.1}`, `{"amount":1e-400}`} {
-		env, err, _ := g.call(agent, middleware.JSONInput([]byte(doc)), "")
+		env, err, _ := g.call(agent, adapter.JSONInput([]byte(doc)), "")
 		wantCode(t, env, err, middleware.CodeInvalidArgument)
 	}
 	for _, doc := range []string{`{"amount":0.1}`, `{"amount":0.10}`} {
-		env, err, _ := g.call(agent, middleware.JSONInput([]byte(doc)), "")
+		env, err, _ := g.call(agent, adapter.JSONInput([]byte(doc)), "")
 		wantCode(t, env, err, middleware.CodeApprovalRequired)
 	}
 }
@@ -108,7 +110,7 @@ func TestALateResultOfAnApprovedWriteIsRecordedNotGuessed(t *testing.T) {
 		g := newGated(t, plainWriteGate)
 		id := g.requested(refund)
 		g.approve(id)
-		_, env, err := g.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
+		_, env, err := execute(g.eng, as(t.Context(), agent), call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
 			time.Sleep(3 * time.Second) // ignores its context: the refund lands after the deadline
 			return "refunded", nil
 		})
@@ -120,7 +122,7 @@ func TestALateResultOfAnApprovedWriteIsRecordedNotGuessed(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		rec, _ = g.store.Get(t.Context(), id)
-		if rec.Status != store.ApprovalCompleted || !rec.Outcome.Late || rec.Outcome.Code != middleware.CodeOK {
+		if rec.Status != store.ApprovalCompleted || !rec.Outcome.Late || rec.Outcome.Code != "OK" {
 			t.Fatalf("after the late success the record is %s (outcome %+v), want completed, late", rec.Status, rec.Outcome)
 		}
 		if ev := g.rec.Execution(env.ExecutionID); ev[len(ev)-1].Type != middleware.EventAbandonedResult || !ev[len(ev)-1].Succeeded {
@@ -196,7 +198,7 @@ func TestACallerGoneAfterTheConsumptionGivesTheApprovalBack(t *testing.T) {
 		id := g.requested(refund)
 		g.approve(id)
 		f.onDone = cancel // the caller leaves right after the store consumed
-		_, env, err := g.eng.Execute(ctx, middleware.Call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(context.Context) (any, error) {
+		_, env, err := execute(g.eng, ctx, call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(context.Context) (any, error) {
 			g.runs.Add(1)
 			return nil, nil
 		})
@@ -285,7 +287,7 @@ func TestStartUpWarnsOnceAboutRiskyConfigurations(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	_, err = middleware.New(nil, middleware.WithEventSink(&middleware.EventRecorder{}), middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	_, err = middleware.New(nil, middleware.WithEventSink(&agentsafetest.Recorder{}), middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

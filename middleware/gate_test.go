@@ -8,10 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
@@ -31,8 +33,8 @@ func actorOf(ctx context.Context) (middleware.Actor, error) {
 var (
 	agent   = middleware.Actor{ID: "agent-7", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"user-alice"}}
 	boss    = middleware.Actor{ID: "manager-bob", Tenant: "acme", Kind: "user"}
-	refund  = middleware.JSONInput([]byte(`{"order":"42","amount":120}`))
-	refund2 = middleware.JSONInput([]byte(`{"order":"42","amount":999}`))
+	refund  = adapter.JSONInput([]byte(`{"order":"42","amount":120}`))
+	refund2 = adapter.JSONInput([]byte(`{"order":"42","amount":999}`))
 )
 
 // gated is an engine with a gated refund capability on a memory store with
@@ -62,9 +64,9 @@ func (g *gated) advance(d time.Duration) {
 
 // call runs the refund as actor, with an optional approval id, and reports
 // what the handler saw.
-func (g *gated) call(actor middleware.Actor, in middleware.Input, approvalID string) (middleware.Envelope, error, middleware.Execution) {
+func (g *gated) call(actor middleware.Actor, in adapter.Input, approvalID string) (middleware.Envelope, error, middleware.Execution) {
 	var seen middleware.Execution
-	_, env, err := g.eng.Execute(as(g.t.Context(), actor), middleware.Call{Procedure: procRefund, Input: in, ApprovalID: approvalID}, func(ctx context.Context) (any, error) {
+	_, env, err := execute(g.eng, as(g.t.Context(), actor), call{Procedure: procRefund, Input: in, ApprovalID: approvalID}, func(ctx context.Context) (any, error) {
 		g.runs.Add(1)
 		seen, _ = middleware.ExecutionFromContext(ctx)
 		return "refunded", nil
@@ -73,7 +75,7 @@ func (g *gated) call(actor middleware.Actor, in middleware.Input, approvalID str
 }
 
 // requested asks for an approval and returns its id.
-func (g *gated) requested(in middleware.Input) string {
+func (g *gated) requested(in adapter.Input) string {
 	g.t.Helper()
 	env, err, _ := g.call(agent, in, "")
 	wantCode(g.t, env, err, middleware.CodeApprovalRequired)
@@ -155,7 +157,7 @@ func TestApprovalRefusals(t *testing.T) {
 		name   string
 		setup  func(g *gated, id string)
 		actor  middleware.Actor
-		input  middleware.Input
+		input  adapter.Input
 		procID func(id string) string
 		want   middleware.Code
 	}{
@@ -208,7 +210,7 @@ func TestApprovalForAnotherProcedureIsAResumeMismatch(t *testing.T) {
 	}
 	id := g.requested(refund)
 	g.approve(id)
-	_, env, err := eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: "/orders.v1.Orders/Cancel", Input: refund, ApprovalID: id},
+	_, env, err := execute(eng, as(t.Context(), agent), call{Procedure: "/orders.v1.Orders/Cancel", Input: refund, ApprovalID: id},
 		func(context.Context) (any, error) { t.Error("ran"); return nil, nil })
 	wantCode(t, env, err, middleware.CodeApprovalResumeMismatch)
 	// A mismatch does not burn the approval.
@@ -268,7 +270,7 @@ func TestOneApprovalCoversEveryRetryOfItsExecution(t *testing.T) {
 	id := g.requested(refund)
 	g.approve(id)
 	var runs atomic.Int32
-	_, env, err := g.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
+	_, env, err := execute(g.eng, as(t.Context(), agent), call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
 		if runs.Add(1) == 1 {
 			return nil, errTransient
 		}
@@ -282,7 +284,7 @@ func TestOneApprovalCoversEveryRetryOfItsExecution(t *testing.T) {
 
 func TestConditionalApproval(t *testing.T) {
 	cond := func(_ context.Context, q middleware.ApprovalQuery) (bool, string, error) {
-		in, err := q.Input.JSON()
+		in, err := q.Input()
 		if err != nil {
 			return false, "", err
 		}
@@ -319,7 +321,7 @@ func TestApprovalViewIsRenderedByTheApplication(t *testing.T) {
 	}))
 	id := g.requested(refund)
 	rec, _ := g.store.Get(t.Context(), id)
-	if rec.View != "refund on order 42 (amount hidden) via "+procRefund || rec.Digest == "" || rec.Requester.ID != agent.ID || rec.Type != "manager" || rec.Risk != middleware.RiskHigh {
+	if rec.View != "refund on order 42 (amount hidden) via "+procRefund || rec.Digest == "" || rec.Requester.ID != agent.ID || rec.Type != "manager" || rec.Risk != "high" {
 		t.Errorf("record %+v", rec)
 	}
 }
@@ -353,7 +355,7 @@ func TestGateFailsClosed(t *testing.T) {
 	wantCode(t, env, err, middleware.CodeUnauthenticated)
 
 	plain := newGated(t, gatedCap)
-	env, err, _ = plain.call(agent, middleware.JSONInput([]byte(`{"a":1,"A":2}`)), "")
+	env, err, _ = plain.call(agent, adapter.JSONInput([]byte(`{"a":1,"A":2}`)), "")
 	wantCode(t, env, err, middleware.CodeInvalidArgument)
 	if !strings.Contains(env.Error.Message, "cannot be bound") {
 		t.Errorf("unbindable input message: %q", env.Error.Message)
@@ -366,18 +368,21 @@ func TestGateFailsClosed(t *testing.T) {
 }
 
 func TestOutcomeIsRecordedEvenWhenTheCallerLeft(t *testing.T) {
-	g := newGated(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true}})
-	id := g.requested(refund)
-	g.approve(id)
-	ctx, cancel := context.WithCancel(as(t.Context(), agent))
-	_, env, err := g.eng.Execute(ctx, middleware.Call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
-		cancel()
-		<-ctx.Done()
-		return nil, ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		g := newGated(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true}})
+		id := g.requested(refund)
+		g.approve(id)
+		ctx, cancel := context.WithCancel(as(t.Context(), agent))
+		_, env, err := execute(g.eng, ctx, call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
+			cancel()
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		wantCode(t, env, err, middleware.CodeCancelled)
+		synctest.Wait() // an attempt the engine stopped waiting for records itself when it returns
+		rec, _ := g.store.Get(t.Context(), id)
+		if rec.Status != store.ApprovalFailed || rec.Outcome.Code != "CANCELLED" {
+			t.Errorf("outcome not recorded after the caller left: %+v", rec)
+		}
 	})
-	wantCode(t, env, err, middleware.CodeCancelled)
-	rec, _ := g.store.Get(t.Context(), id)
-	if rec.Status != store.ApprovalFailed || rec.Outcome.Code != middleware.CodeCancelled {
-		t.Errorf("outcome not recorded after the caller left: %+v", rec)
-	}
 }

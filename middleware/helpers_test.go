@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"go.uber.org/goleak"
 )
 
@@ -24,12 +26,12 @@ const (
 type fixture struct {
 	t   *testing.T
 	eng *middleware.Engine
-	rec *middleware.EventRecorder
+	rec *agentsafetest.Recorder
 }
 
 func newFixture(t *testing.T, procedure string, c middleware.Capability, opts ...middleware.Option) *fixture {
 	t.Helper()
-	rec := &middleware.EventRecorder{}
+	rec := &agentsafetest.Recorder{}
 	// The tests' procedures name no linked descriptor: no existence check.
 	opts = append([]middleware.Option{middleware.WithEventSink(rec), middleware.WithProtoFiles(nil), middleware.WithLogger(discard)}, opts...)
 	eng, err := middleware.New(middleware.NewRegistry().Register(procedure, c), opts...)
@@ -39,8 +41,8 @@ func newFixture(t *testing.T, procedure string, c middleware.Capability, opts ..
 	return &fixture{t: t, eng: eng, rec: rec}
 }
 
-func (f *fixture) run(ctx context.Context, procedure string, fn middleware.AttemptFunc) (any, middleware.Envelope, error) {
-	return f.eng.Execute(ctx, middleware.Call{Procedure: procedure}, fn)
+func (f *fixture) run(ctx context.Context, procedure string, fn func(context.Context) (any, error)) (any, middleware.Envelope, error) {
+	return execute(f.eng, ctx, call{Procedure: procedure}, fn)
 }
 
 // types returns the event types of one execution, in order.
@@ -115,4 +117,25 @@ func wantCode(t *testing.T, env middleware.Envelope, err error, code middleware.
 
 func read(retries int, timeout time.Duration) middleware.Capability {
 	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxRetries: retries, Backoff: 10 * time.Millisecond}}
+}
+
+// call is what the tests hand the engine: the procedure and the parts of
+// an adapter.Call they use.
+type call struct {
+	Procedure  string
+	Input      adapter.Input
+	ApprovalID string
+}
+
+// execute runs one call through the adapter SPI, as an adapter would.
+func execute(eng *middleware.Engine, ctx context.Context, c call, fn func(context.Context) (any, error)) (any, middleware.Envelope, error) {
+	return adapter.Execute(ctx, adapter.Resolve(eng, c.Procedure), adapter.Call[any]{Input: c.Input, ApprovalID: c.ApprovalID, Surface: adapter.SurfaceRPC}, fn)
+}
+
+func executeStream(eng *middleware.Engine, ctx context.Context, c call, fn func(context.Context) error) (middleware.Envelope, error) {
+	return adapter.ExecuteStream(ctx, adapter.Resolve(eng, c.Procedure), adapter.Call[struct{}]{Surface: adapter.SurfaceRPC}, fn)
+}
+
+func refuse(eng *middleware.Engine, ctx context.Context, c call, err *middleware.Error) (middleware.Envelope, error) {
+	return adapter.Refuse(ctx, adapter.Resolve(eng, c.Procedure), adapter.Call[struct{}]{ApprovalID: c.ApprovalID, Surface: adapter.SurfaceRPC}, err)
 }

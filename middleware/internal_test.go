@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentsafe/agentsafe/internal/seam"
 )
 
 // TestRetrySafetyIsRecheckedAtRunTime bypasses validation, the way a bug or
@@ -20,7 +22,7 @@ func TestRetrySafetyIsRecheckedAtRunTime(t *testing.T) {
 	for _, se := range []SideEffect{SideEffectWrite, SideEffectDestructive, SideEffectExternal} {
 		e.caps[proc] = e.resolve(proc, Capability{SideEffect: se, Retry: Retry{MaxRetries: 5, Backoff: time.Millisecond}})
 		var runs atomic.Int32
-		_, env, _ := e.Execute(context.Background(), Call{Procedure: proc}, func(context.Context) (any, error) {
+		_, env, _ := e.route(proc).Execute(context.Background(), &seam.Call{}, func(context.Context) (any, error) {
 			runs.Add(1)
 			return nil, Retryable(errors.New("transient"))
 		})
@@ -58,7 +60,7 @@ func TestResultBeatsADeadlineThatFiredAtTheSameMoment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 200 {
-		x := e.open(context.Background(), Call{Procedure: "/r"}, e.caps["/r"], false)
+		x := e.open(context.Background(), "/r", &seam.Call{}, e.caps["/r"], false)
 		a := &attempt{x: x, n: 1, res: make(chan attemptResult, 1)}
 		var cancel context.CancelCauseFunc
 		a.Context, cancel = context.WithCancelCause(context.Background())

@@ -10,6 +10,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // registers the test service's options
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -23,18 +24,18 @@ func TestMethodOptionsAreReadAtStartUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ok := eng.Lookup("/agentsafe.test.v1.TestService/Read")
+	c, ok := adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Read").Capability()
 	if !ok || c.SideEffect != middleware.SideEffectRead || c.Retry.MaxRetries != 2 || c.Retry.Backoff != time.Millisecond || c.Timeout != time.Second {
 		t.Errorf("Read from options = %+v, %v", c, ok)
 	}
-	c, _ = eng.Lookup("/agentsafe.test.v1.TestService/Gated")
+	c, _ = adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Gated").Capability()
 	if !c.Approval.Required || c.Approval.Type != "manager" || c.Risk != middleware.RiskHigh || c.Approval.ExpiresIn != 15*time.Minute {
 		t.Errorf("Gated from options = %+v", c)
 	}
-	if c, _ := eng.Lookup("/agentsafe.test.v1.TestService/Stream"); !c.Streaming {
+	if c, _ := adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Stream").Capability(); !c.Streaming {
 		t.Error("a server-streaming method is not marked Streaming")
 	}
-	if eng.Governs("/agentsafe.test.v1.TestService/Ungoverned") {
+	if adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Ungoverned").Governed() {
 		t.Error("a method without the option is governed")
 	}
 }
@@ -45,7 +46,7 @@ func TestRegistryReplacesTheOptionAsAWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := eng.Lookup("/agentsafe.test.v1.TestService/Read")
+	c, _ := adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Read").Capability()
 	if c.SideEffect != middleware.SideEffectNone || c.Retry.MaxRetries != 0 || c.Description != "overridden" {
 		t.Errorf("override = %+v; the registry entry must replace the option whole", c)
 	}
@@ -130,15 +131,15 @@ func TestOptionsTheEngineWasNotBuiltWithFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	const proc = "/agentsafe.test.v1.TestService/Write"
-	if !eng.Governs(proc) {
+	if !adapter.Resolve(eng, proc).Governed() {
 		t.Fatalf("%s declares a capability: the engine must not pass it through", proc)
 	}
 	ran := false
-	_, env, err := eng.Execute(t.Context(), middleware.Call{Procedure: proc}, func(context.Context) (any, error) { ran = true; return nil, nil })
+	_, env, err := execute(eng, t.Context(), call{Procedure: proc}, func(context.Context) (any, error) { ran = true; return nil, nil })
 	if ran || middleware.CodeOf(err) != middleware.CodeCapabilityNotFound || !strings.Contains(env.Error.Message, "WithProtoFiles") {
 		t.Errorf("ran=%t err=%v", ran, err)
 	}
-	if eng.Governs("/agentsafe.test.v1.TestService/Ungoverned") {
+	if adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Ungoverned").Governed() {
 		t.Error("a method without the option must still pass through")
 	}
 }

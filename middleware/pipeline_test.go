@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 func TestSuccessReturnsValueAndCompletedEnvelope(t *testing.T) {
@@ -271,7 +272,7 @@ func TestPanicBecomesConcealedExecutionFailed(t *testing.T) {
 		panic("secret database password in a panic")
 	})
 	wantCode(t, env, err, middleware.CodeExecutionFailed)
-	if env.Error.Message != middleware.ConcealedMessage || env.Error.Retryable || runs.Load() != 1 {
+	if env.Error.Message != adapter.ConcealedMessage || env.Error.Retryable || runs.Load() != 1 {
 		t.Fatalf("panic envelope %+v after %d runs; want concealed, not retryable, one run", env.Error, runs.Load())
 	}
 	var pe *middleware.PanicError
@@ -287,7 +288,7 @@ func TestPanicBecomesConcealedExecutionFailed(t *testing.T) {
 func TestPlainErrorsAreConcealedAndDeclaredErrorsKept(t *testing.T) {
 	f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite})
 	_, env, err := f.run(t.Context(), procWrite, func(context.Context) (any, error) { return nil, errors.New("pq: connection to 10.0.0.7 refused") })
-	if env.Error.Message != middleware.ConcealedMessage {
+	if env.Error.Message != adapter.ConcealedMessage {
 		t.Errorf("plain error reached the envelope: %q", env.Error.Message)
 	}
 	if ev := f.final(env.ExecutionID); ev.Error != "pq: connection to 10.0.0.7 refused" {
@@ -426,7 +427,7 @@ func TestReadsMayOverlapAnAbandonedAttempt(t *testing.T) {
 
 func TestAbandonedAttemptsAreCapped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, procRead, read(0, 10*time.Millisecond), middleware.WithMaxAbandoned(2))
+		f := newFixture(t, procRead, read(0, 10*time.Millisecond), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: 2}))
 		release := make(chan struct{})
 		hang := func(context.Context) (any, error) { <-release; return nil, nil }
 		for range 2 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
@@ -79,12 +80,9 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 func TestEngineOptionsAreValidatedWithTheMetadata(t *testing.T) {
 	_, err := middleware.New(
 		middleware.NewRegistry().Register("/s.V1/X", middleware.Capability{}), middleware.WithProtoFiles(nil),
-		middleware.WithDefaultTimeout(-time.Second),
-		middleware.WithDefaultBackoff(0),
-		middleware.WithMaxAbandoned(0),
-		middleware.WithBackoffLimits(time.Second, -time.Millisecond),
+		middleware.WithDefaults(middleware.Defaults{Timeout: -time.Second, MaxAbandoned: -1, Jitter: -time.Millisecond}),
 	)
-	for _, want := range []string{"WithDefaultTimeout must be positive", "WithDefaultBackoff must be positive", "WithMaxAbandoned must be positive", "jitter must not be negative", "/s.V1/X (registry): SideEffect"} {
+	for _, want := range []string{"Defaults.Timeout must not be negative", "Defaults.MaxAbandoned must not be negative", "Defaults.Jitter must not be negative", "/s.V1/X (registry): SideEffect"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
@@ -95,19 +93,19 @@ func TestLookupResolvesDefaults(t *testing.T) {
 	eng, err := middleware.New(middleware.NewRegistry().
 		Register("/s.V1/Defaults", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Set", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{Backoff: time.Millisecond}, Approval: middleware.Approval{ExpiresIn: time.Hour}}),
-		middleware.WithDefaultTimeout(5*time.Second), middleware.WithProtoFiles(nil))
+		middleware.WithDefaults(middleware.Defaults{Timeout: 5 * time.Second}), middleware.WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ok := eng.Lookup("/s.V1/Defaults")
+	c, ok := adapter.Resolve(eng, "/s.V1/Defaults").Capability()
 	if !ok || c.Timeout != 5*time.Second || c.Retry.Backoff != 250*time.Millisecond || c.Approval.ExpiresIn != 15*time.Minute || c.Risk != middleware.RiskLow {
 		t.Errorf("defaults resolved to %+v", c)
 	}
-	c, _ = eng.Lookup("/s.V1/Set")
+	c, _ = adapter.Resolve(eng, "/s.V1/Set").Capability()
 	if c.Timeout != time.Second || c.Retry.Backoff != time.Millisecond || c.Approval.ExpiresIn != time.Hour {
 		t.Errorf("explicit values changed: %+v", c)
 	}
-	if _, ok := eng.Lookup("/s.V1/Nope"); ok {
+	if _, ok := adapter.Resolve(eng, "/s.V1/Nope").Capability(); ok {
 		t.Error("Lookup found an unregistered procedure")
 	}
 	var procs []string

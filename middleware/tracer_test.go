@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -210,8 +211,8 @@ func TestTracerDigestWithoutSinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, _ = eng.Execute(t.Context(), middleware.Call{Procedure: procRefund, Input: refund}, noop)
-	want, _ := middleware.Digest(procRefund, refund)
+	_, _, _ = execute(eng, t.Context(), call{Procedure: procRefund, Input: refund}, noop)
+	want, _ := refund.Digest(procRefund)
 	if got := tr.infos[0].InputDigest; got != want {
 		t.Errorf("the tracer sees digest %q without any sink, want %q", got, want)
 	}
@@ -221,7 +222,7 @@ func TestTracerOnStreams(t *testing.T) {
 	tr := &recordingTracer{}
 	f := newFixture(t, procRead, read(0, 0), middleware.WithTracer(tr))
 	var scope string
-	env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) error {
+	env, err := executeStream(f.eng, t.Context(), call{Procedure: procRead}, func(ctx context.Context) error {
 		scope = scopeOf(ctx)
 		return errors.New("stream broke")
 	})
@@ -261,7 +262,7 @@ func TestTracerMayReturnNothing(t *testing.T) {
 
 func TestWithOptionsAndWithTracerNil(t *testing.T) {
 	tr := &recordingTracer{}
-	rec := &middleware.EventRecorder{}
+	rec := &agentsafetest.Recorder{}
 	f := newFixture(t, procRead, read(0, time.Second), middleware.WithOptions(nil, middleware.WithTracer(tr), middleware.WithEventSink(rec)))
 	_, env, _ := f.run(t.Context(), procRead, noop)
 	if len(tr.calls()) != 4 || len(rec.Execution(env.ExecutionID)) != 3 {

@@ -71,6 +71,10 @@ type Call[T any] struct {
 // A route the engine does not govern passes through: attempt runs once on
 // ctx and the envelope is the zero value.
 func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx context.Context) (T, error)) (T, middleware.Envelope, error) {
+	if attempt == nil {
+		var zero T
+		return zero, middleware.Envelope{}, &middleware.Error{Code: middleware.CodeInvalidArgument, Message: "agentsafe/adapter: Execute needs an attempt function"}
+	}
 	if r.r == nil { // the zero Route: nothing governs it
 		t, err := attempt(ctx)
 		return t, middleware.Envelope{}, err
@@ -91,6 +95,9 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 // [middleware.ExecutionFromContext] before the first message, and the
 // execution still ends in exactly one envelope and final event.
 func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx context.Context) error) (middleware.Envelope, error) {
+	if fn == nil {
+		return middleware.Envelope{}, &middleware.Error{Code: middleware.CodeInvalidArgument, Message: "agentsafe/adapter: ExecuteStream needs a stream function"}
+	}
 	if r.r == nil {
 		return middleware.Envelope{}, fn(ctx)
 	}
