@@ -19,7 +19,8 @@ import (
 type Engine struct {
 	cfg   config
 	caps  map[string]*capability
-	sinks []*guardedSink
+	sinks []*sinkQueue
+	audit *sinkQueue // also in sinks
 	// undeclared names procedures whose linked descriptor carries the
 	// capability option although the engine was built from other files:
 	// they fail closed instead of running ungoverned.
@@ -82,8 +83,16 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	for proc, c := range merged {
 		e.caps[proc] = e.resolve(proc, c)
 	}
-	for _, s := range cfg.sinks {
-		e.sinks = append(e.sinks, &guardedSink{sink: s, bound: cfg.sinkTimeout})
+	sinks := cfg.sinks
+	if cfg.audit != nil {
+		sinks = append(sinks, *cfg.audit)
+	}
+	for _, sc := range sinks {
+		q := newSinkQueue(sc.name, sc.call, sc.timeout, sc.queue, cfg.logger)
+		e.sinks = append(e.sinks, q)
+		if sc.audit {
+			e.audit = q
+		}
 	}
 	return e, nil
 }
@@ -120,7 +129,7 @@ func (c *config) warn(caps map[string]Capability) {
 	var unaudited []string
 	for _, proc := range slices.Sorted(maps.Keys(caps)) {
 		gated = gated || caps[proc].Approval.Required
-		if caps[proc].SideEffect.WriteLike() && len(c.sinks) == 0 {
+		if caps[proc].SideEffect.WriteLike() && len(c.sinks) == 0 && c.audit == nil {
 			unaudited = append(unaudited, proc)
 		}
 	}
@@ -130,7 +139,7 @@ func (c *config) warn(caps map[string]Capability) {
 	if len(unaudited) > 0 {
 		c.logger.Warn("agentsafe: write-like capabilities have no event sink, so their executions leave no audit trail (WithEventSink)", "count", len(unaudited), "first", unaudited[0])
 	}
-	if (len(c.sinks) > 0 || c.tracer != nil) && len(c.digestKey) == 0 {
+	if (len(c.sinks) > 0 || c.audit != nil || c.tracer != nil) && len(c.digestKey) == 0 {
 		c.logger.Warn("agentsafe: events carry the plain input digest, which can be guessed back for small inputs; set a deployment key with WithDigestKey")
 	}
 }

@@ -60,7 +60,7 @@ func TestEventSequences(t *testing.T) {
 		}, want: []middleware.EventType{req, st, canc}, final: middleware.CodeCancelled, attempts: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
 				f := newFixture(t, procRead, read(3, 100*time.Millisecond))
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -104,15 +104,16 @@ func TestEventSequences(t *testing.T) {
 }
 
 func TestFailingSinksNeverBreakOrStallAnExecution(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		block := make(chan struct{})
 		var blockedCalls atomic.Int32
 		rec := &agentsafetest.Recorder{}
 		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, read(0, time.Second)), middleware.WithProtoFiles(nil),
 			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { panic("sink bug") })),
-			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { blockedCalls.Add(1); <-block })),
+			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { blockedCalls.Add(1); <-block }),
+				middleware.SinkTimeout(10*time.Millisecond)),
 			middleware.WithEventSink(rec),
-			middleware.WithSinkTimeout(10*time.Millisecond),
+			middleware.WithLogger(discard),
 		)
 		if err != nil {
 			t.Fatal(err)
@@ -122,44 +123,54 @@ func TestFailingSinksNeverBreakOrStallAnExecution(t *testing.T) {
 		if err != nil || v != "ok" {
 			t.Fatalf("execution broke with failing sinks: %v", err)
 		}
-		// One bounded wait for the first stuck call; later events skip the stuck sink.
-		if took := time.Since(start); took != 10*time.Millisecond {
-			t.Errorf("execution took %s with a blocking sink, want the one 10ms bound", took)
+		if took := time.Since(start); took != 0 {
+			t.Errorf("execution took %s with a blocking sink: delivery must cost it nothing", took)
 		}
+		if evs, _ := rec.WaitFinal(t.Context(), env.ExecutionID); len(evs) != 3 {
+			t.Errorf("healthy sink got %d events, want 3", len(evs))
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
 		if blockedCalls.Load() != 1 {
-			t.Errorf("a stuck sink was called %d times; it should be skipped while stuck", blockedCalls.Load())
+			t.Errorf("the stuck sink was called %d times; the stalled execution's later events are dropped", blockedCalls.Load())
 		}
-		if len(rec.Execution(env.ExecutionID)) != 3 {
-			t.Errorf("healthy sink got %d events, want 3", len(rec.Execution(env.ExecutionID)))
+		if st := eng.Stats().Sinks[1]; st.Dropped != 2 {
+			t.Errorf("stats of the stuck sink %+v: its stalled execution's 2 later events must be counted as dropped", st)
 		}
 		close(block)
+		// A fresh worker took the stuck sink's queue: the next execution's
+		// events all reach it.
+		_, env, _ = execute(eng, t.Context(), call{Procedure: procRead}, func(context.Context) (any, error) { return nil, nil })
+		rec.WaitFinal(t.Context(), env.ExecutionID)
+		time.Sleep(time.Second)
 		synctest.Wait()
-		// Unstuck, the sink receives events again.
-		execute(eng, t.Context(), call{Procedure: procRead}, func(context.Context) (any, error) { return nil, nil })
 		if blockedCalls.Load() != 4 {
-			t.Errorf("recovered sink was called %d times in all, want 1+3", blockedCalls.Load())
+			t.Errorf("the recovered sink was called %d times in all, want 1+3", blockedCalls.Load())
 		}
 	})
 }
 
 func TestSlogSinkLogsIdsNotPayloads(t *testing.T) {
-	var buf bytes.Buffer
-	eng, err := middleware.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite}), middleware.WithProtoFiles(nil),
-		middleware.WithEventSink(middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, env, _ := execute(eng, t.Context(), call{Procedure: procWrite, Input: adapter.JSONInput([]byte(`{"card":"4111-1111"}`))},
-		func(context.Context) (any, error) { return nil, errors.New("boom") })
-	out := buf.String()
-	for _, want := range []string{`"msg":"capability.requested"`, `"msg":"capability.failed"`, `"level":"WARN"`, env.ExecutionID, `"input_digest":"sha256:`, `"code":"EXECUTION_FAILED"`, `"error":"boom"`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("slog output lacks %s:\n%s", want, out)
+	inBubble(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		eng, err := middleware.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite}), middleware.WithProtoFiles(nil),
+			middleware.WithEventSink(middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if strings.Contains(out, "4111") {
-		t.Errorf("a payload reached the log:\n%s", out)
-	}
+		_, env, _ := execute(eng, t.Context(), call{Procedure: procWrite, Input: adapter.JSONInput([]byte(`{"card":"4111-1111"}`))},
+			func(context.Context) (any, error) { return nil, errors.New("boom") })
+		synctest.Wait() // the sink's worker has logged what was queued
+		out := buf.String()
+		for _, want := range []string{`"msg":"capability.requested"`, `"msg":"capability.failed"`, `"level":"WARN"`, env.ExecutionID, `"input_digest":"sha256:`, `"code":"EXECUTION_FAILED"`, `"error":"boom"`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("slog output lacks %s:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "4111") {
+			t.Errorf("a payload reached the log:\n%s", out)
+		}
+	})
 }
 
 func TestDigestKeyHidesTheInputDigestOnEvents(t *testing.T) {

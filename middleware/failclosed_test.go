@@ -106,7 +106,7 @@ func TestNumbersBeyondDoublePrecisionCannotBeApproved(t *testing.T) {
 }
 
 func TestALateResultOfAnApprovedWriteIsRecordedNotGuessed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		g := newGated(t, plainWriteGate)
 		id := g.requested(refund)
 		g.approve(id)
@@ -163,7 +163,7 @@ func TestALostConsumeReplyNeverSpendsTheApproval(t *testing.T) {
 		return g, f, id, env, err
 	}
 	t.Run("the engine re-issues Consume for the same execution", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
 			g, _, _, env, err := run(t, 2)
 			wantCode(t, env, err, middleware.CodeOK)
 			if g.runs.Load() != 1 {
@@ -172,7 +172,7 @@ func TestALostConsumeReplyNeverSpendsTheApproval(t *testing.T) {
 		})
 	})
 	t.Run("when every try fails the approval is released", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
 			g, _, id, env, err := run(t, 3)
 			wantCode(t, env, err, middleware.CodeApprovalUnavailable)
 			if !env.Error.Retryable || g.runs.Load() != 0 {
@@ -189,7 +189,7 @@ func TestALostConsumeReplyNeverSpendsTheApproval(t *testing.T) {
 }
 
 func TestACallerGoneAfterTheConsumptionGivesTheApprovalBack(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		mem := approvalstore.NewMemory()
 		ctx, cancel := context.WithCancel(as(t.Context(), agent))
 		f := &flakyStore{ApprovalStore: mem}
@@ -222,19 +222,22 @@ func TestNothingRanSoAskingAgainIsSafe(t *testing.T) {
 }
 
 func TestARepeatedDecisionIsANoOp(t *testing.T) {
-	g := newGated(t, plainWriteGate)
-	id := g.requested(refund)
-	g.approve(id)
-	g.approve(id)
-	n := 0
-	for _, e := range g.rec.Events() {
-		if e.Type == middleware.EventApproved {
-			n++
+	inBubble(t, func(t *testing.T) {
+		g := newGated(t, plainWriteGate)
+		id := g.requested(refund)
+		g.approve(id)
+		g.approve(id)
+		synctest.Wait() // every queued event delivered
+		n := 0
+		for _, e := range g.rec.Events() {
+			if e.Type == middleware.EventApproved {
+				n++
+			}
 		}
-	}
-	if n != 1 {
-		t.Errorf("%d capability.approved events for one decision repeated, want 1", n)
-	}
+		if n != 1 {
+			t.Errorf("%d capability.approved events for one decision repeated, want 1", n)
+		}
+	})
 }
 
 func TestTyposFailAtStartUp(t *testing.T) {

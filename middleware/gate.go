@@ -298,7 +298,7 @@ func (e *Engine) Decide(ctx context.Context, id string, d store.Decision) (store
 		emit := func(t EventType) {
 			ev.Type = t
 			for _, s := range e.sinks {
-				s.deliver(sinkCtx, ev)
+				s.enqueue(queued{ctx: sinkCtx, ev: ev})
 			}
 		}
 		if rec.Quorum > 1 {

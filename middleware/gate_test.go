@@ -191,7 +191,7 @@ func TestApprovalRefusals(t *testing.T) {
 			if g.runs.Load() != 0 {
 				t.Fatalf("the handler ran after %s", tc.want)
 			}
-			evs := g.rec.Execution(env.ExecutionID)
+			evs := g.events(env.ExecutionID)
 			if !slices.ContainsFunc(evs, func(e middleware.Event) bool { return e.Type == middleware.EventApprovalDenied && e.Code == tc.want }) {
 				t.Errorf("no approval_denied event with %s: %v", tc.want, g.types(env.ExecutionID))
 			}
@@ -242,15 +242,15 @@ func TestRepeatedRequestReturnsTheSameApproval(t *testing.T) {
 
 func TestApprovalEventSequence(t *testing.T) {
 	g := newGated(t, gatedCap)
-	id := g.requested(refund)
-	req := g.rec.Events()[0].ExecutionID
+	first, err, _ := g.call(agent, refund, "")
+	wantCode(t, first, err, middleware.CodeApprovalRequired)
+	id, req := first.ApprovalID, first.ExecutionID
 	g.wantTypes(req, middleware.EventRequested, middleware.EventApprovalRequested, middleware.EventFailed)
 	if ev := g.final(req); ev.Code != middleware.CodeApprovalRequired || ev.ApprovalID != id {
 		t.Errorf("request's final event %+v", ev)
 	}
 	g.approve(id)
-	evs := g.rec.Execution(req)
-	if last := evs[len(evs)-1]; last.Type != middleware.EventApproved || last.Approver.ID != boss.ID || last.Comment == "" || last.ApprovalID != id {
+	if last := g.waitEvent(req, middleware.EventApproved); last.Approver.ID != boss.ID || last.Comment == "" || last.ApprovalID != id {
 		t.Errorf("Decide must emit capability.approved on the requesting execution: %+v", last)
 	}
 	env, _, _ := g.call(agent, refund, id)
@@ -368,7 +368,7 @@ func TestGateFailsClosed(t *testing.T) {
 }
 
 func TestOutcomeIsRecordedEvenWhenTheCallerLeft(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		g := newGated(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true}})
 		id := g.requested(refund)
 		g.approve(id)

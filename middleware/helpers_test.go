@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentsafe/agentsafe/agentsafetest"
@@ -14,7 +15,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// A sink's worker waits about a second for events before it exits:
+	// idle, it is not a leak.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/agentsafe/agentsafe/middleware.(*sinkQueue).work"))
+}
 
 const (
 	procRead      = "/test.v1.Svc/Read"
@@ -45,10 +50,24 @@ func (f *fixture) run(ctx context.Context, procedure string, fn func(context.Con
 	return execute(f.eng, ctx, call{Procedure: procedure}, fn)
 }
 
-// types returns the event types of one execution, in order.
+// events waits for the execution's final event (sinks are delivered
+// asynchronously) and returns its events so far, in order.
+func (f *fixture) events(executionID string) []middleware.Event {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := f.rec.WaitFinal(ctx, executionID)
+	if err != nil {
+		f.t.Fatalf("execution %s has no final event: %v (events %v)", executionID, err, evs)
+	}
+	return evs
+}
+
+// types returns the event types of one execution, in order, once it has
+// its final event.
 func (f *fixture) types(executionID string) []middleware.EventType {
 	var out []middleware.EventType
-	for _, e := range f.rec.Execution(executionID) {
+	for _, e := range f.events(executionID) {
 		out = append(out, e.Type)
 	}
 	return out
@@ -63,11 +82,12 @@ func (f *fixture) wantTypes(executionID string, want ...middleware.EventType) {
 
 func (f *fixture) final(executionID string) middleware.Event {
 	f.t.Helper()
-	evs := f.rec.Execution(executionID)
-	if len(evs) == 0 || !evs[len(evs)-1].Type.Final() {
-		f.t.Fatalf("execution %s has no final event: %v", executionID, evs)
+	for _, e := range f.events(executionID) {
+		if e.Type.Final() {
+			return e
+		}
 	}
-	return evs[len(evs)-1]
+	panic("unreachable")
 }
 
 // counter is a handler that records what each attempt saw.
@@ -138,4 +158,35 @@ func executeStream(eng *middleware.Engine, ctx context.Context, c call, fn func(
 
 func refuse(eng *middleware.Engine, ctx context.Context, c call, err *middleware.Error) (middleware.Envelope, error) {
 	return adapter.Refuse(ctx, adapter.Resolve(eng, c.Procedure), adapter.Call[struct{}]{ApprovalID: c.ApprovalID, Surface: adapter.SurfaceRPC}, err)
+}
+
+// inBubble runs f in a testing/synctest bubble and, before the bubble
+// ends, lets its fake clock run past the time an idle sink worker waits
+// before it exits: time stops when the bubble's root goroutine returns, so
+// the workers must be gone by then.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(func() { time.Sleep(2 * time.Second) })
+		f(t)
+	})
+}
+
+// waitEvent waits for an event of type typ of the execution and returns it.
+func (f *fixture) waitEvent(executionID string, typ middleware.EventType) middleware.Event {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := f.rec.Wait(ctx, executionID, func(evs []middleware.Event) bool {
+		return slices.ContainsFunc(evs, func(e middleware.Event) bool { return e.Type == typ })
+	})
+	if err != nil {
+		f.t.Fatalf("execution %s emitted no %s: %v (events %v)", executionID, typ, err, evs)
+	}
+	for _, e := range evs {
+		if e.Type == typ {
+			return e
+		}
+	}
+	panic("unreachable")
 }

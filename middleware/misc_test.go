@@ -65,7 +65,7 @@ func TestUngovernedProceduresPassThroughUnlessStrict(t *testing.T) {
 }
 
 func TestStreamRunsOnceSynchronouslyWithIDs(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxRetries: 3}})
 		var runs atomic.Int32
 		env, err := executeStream(f.eng, t.Context(), call{Procedure: procRead}, func(ctx context.Context) error {
@@ -88,7 +88,7 @@ func TestStreamRunsOnceSynchronouslyWithIDs(t *testing.T) {
 }
 
 func TestStreamTimeoutOnlyWhenSet(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true, Timeout: 50 * time.Millisecond})
 		env, err := executeStream(f.eng, t.Context(), call{Procedure: procRead}, func(ctx context.Context) error {
 			<-ctx.Done()
@@ -181,7 +181,7 @@ func TestFailedFinalAttemptHandsBackItsValue(t *testing.T) {
 	if v != "its own 503 response" {
 		t.Errorf("value %v: the finalized attempt's value must come back with its error, for adapters to write", v)
 	}
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 10*time.Millisecond))
 		v, _, _ := f.run(t.Context(), procRead, func(context.Context) (any, error) { time.Sleep(time.Second); return "late", errTransient })
 		if v != nil {
@@ -210,7 +210,7 @@ func TestPanickingClassifierAndRedactorNeverBreakAnExecution(t *testing.T) {
 // exactly when the next attempt's events are being delivered: the
 // abandoned_result event must wait its turn.
 func TestSinkCallsOfOneExecutionNeverOverlap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		var inFlight, overlaps atomic.Int32
 		slow := middleware.EventSinkFunc(func(context.Context, middleware.Event) {
 			if inFlight.Add(1) > 1 {

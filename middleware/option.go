@@ -23,13 +23,13 @@ type config struct {
 	maxBackoff     time.Duration
 	jitter         time.Duration
 	defaultExpiry  time.Duration
-	sinkTimeout    time.Duration
 	maxAbandoned   int
 	strict         bool
 	actor          func(context.Context) (Actor, error)
 	classify       func(error) bool
 	redact         func(error) string
-	sinks          []EventSink
+	sinks          []sinkConfig
+	audit          *sinkConfig
 	tracer         Tracer
 	now            func() time.Time
 	digestKey      []byte
@@ -49,7 +49,6 @@ func defaultConfig() config {
 		defaultBackoff: 250 * time.Millisecond,
 		maxBackoff:     30 * time.Second,
 		defaultExpiry:  15 * time.Minute,
-		sinkTimeout:    250 * time.Millisecond,
 		maxAbandoned:   100,
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
@@ -154,27 +153,104 @@ func WithRedactor(f func(error) string) Option {
 	})
 }
 
-// WithEventSink adds a sink; sinks are called in the order added. Nil is
-// ignored. Without sinks no event is even built.
-func WithEventSink(s EventSink) Option {
+// WithEventSink adds a sink; sinks receive events in the order added, each
+// through a bounded queue of its own delivered by a worker of its own, so
+// that a slow sink costs an execution one channel send and never another
+// sink its events. Within one execution a sink receives the events in
+// order. opts set the sink's bound on one call ([SinkTimeout], default
+// 250ms) and its queue ([SinkQueue], default 1024 events). A call that
+// overruns the bound abandons its worker (a fresh one takes the queue) and
+// that execution's later events for the sink are dropped; a full queue
+// drops the event. Every drop is counted ([Engine.Stats]) and logged,
+// rate-limited. Nil is ignored; without sinks no event is even built.
+func WithEventSink(s EventSink, opts ...SinkOption) Option {
 	return optionFunc(func(c *config) {
-		if s != nil {
-			c.sinks = append(c.sinks, s)
+		if s == nil {
+			return
 		}
+		sc := sinkConfig{call: func(ctx context.Context, e Event) error { s.HandleEvent(ctx, e); return nil },
+			name: fmt.Sprintf("%d:%T", len(c.sinks), s), timeout: defaultSinkTimeout, queue: defaultSinkQueue}
+		sc.apply(c, opts)
+		c.sinks = append(c.sinks, sc)
 	})
 }
 
-// WithSinkTimeout bounds how long the engine waits for one sink call before
-// it moves on and drops that sink's events until the call returns. The
-// default is 250ms.
-func WithSinkTimeout(d time.Duration) Option {
+// AuditSink is a strict audit trail: the engine calls Record synchronously
+// for capability.requested and capability.started, and an error (a
+// timeout included) means nothing runs: the call fails with
+// AUDIT_UNAVAILABLE (retryable). Every other event reaches it through its
+// queue, like any sink's. No record, no effect.
+type AuditSink interface {
+	Record(ctx context.Context, e Event) error
+}
+
+// WithAuditSink makes s the engine's strict audit sink (see [AuditSink]);
+// timeout bounds each synchronous Record (default 1s; a call that has not
+// returned by then fails the execution). A failure at capability.started
+// after an approval was consumed gives the approval back. The last
+// WithAuditSink wins; nil removes it. By default there is none.
+func WithAuditSink(s AuditSink, timeout ...time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.problems = append(c.problems, fmt.Sprintf("WithSinkTimeout must be positive (got %s)", d))
+		if s == nil {
+			c.audit = nil
 			return
 		}
-		c.sinkTimeout = d
+		sc := sinkConfig{call: s.Record, name: fmt.Sprintf("audit:%T", s), timeout: defaultAuditTimeout, queue: defaultSinkQueue, audit: true}
+		for _, d := range timeout {
+			if d <= 0 {
+				c.problems = append(c.problems, fmt.Sprintf("WithAuditSink timeout must be positive (got %s)", d))
+				continue
+			}
+			sc.timeout = d
+		}
+		c.audit = &sc
 	})
+}
+
+// SinkOption configures one sink's delivery (see [WithEventSink]).
+type SinkOption interface{ applySink(*sinkConfig, *config) }
+
+type sinkOptionFunc func(*sinkConfig, *config)
+
+func (f sinkOptionFunc) applySink(s *sinkConfig, c *config) { f(s, c) }
+
+// SinkTimeout bounds one call of the sink; the default is 250ms.
+func SinkTimeout(d time.Duration) SinkOption {
+	return sinkOptionFunc(func(s *sinkConfig, c *config) {
+		if d <= 0 {
+			c.problems = append(c.problems, fmt.Sprintf("SinkTimeout must be positive (got %s)", d))
+			return
+		}
+		s.timeout = d
+	})
+}
+
+// SinkQueue sets how many events may wait for the sink; the default is 1024.
+func SinkQueue(n int) SinkOption {
+	return sinkOptionFunc(func(s *sinkConfig, c *config) {
+		if n <= 0 {
+			c.problems = append(c.problems, fmt.Sprintf("SinkQueue must be positive (got %d)", n))
+			return
+		}
+		s.queue = n
+	})
+}
+
+// sinkConfig is one sink as the options describe it.
+type sinkConfig struct {
+	call    func(context.Context, Event) error
+	name    string
+	timeout time.Duration
+	queue   int
+	audit   bool
+}
+
+func (s *sinkConfig) apply(c *config, opts []SinkOption) {
+	for _, o := range opts {
+		if o != nil {
+			o.applySink(s, c)
+		}
+	}
 }
 
 // WithClock sets the clock that stamps events and measures durations; the

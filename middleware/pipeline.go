@@ -39,7 +39,13 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call *
 		x.e.release(x.ctx, x.approvalID, x.id)
 		return x.finish(nil, x.cancelled())
 	}
-	x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})
+	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})); err != nil {
+		if x.consumed { // nothing ran: the approval is given back
+			x.consumed = false
+			x.e.release(x.ctx, x.approvalID, x.id)
+		}
+		return x.finish(nil, err)
+	}
 	return x.finish(x.loop(fn))
 }
 
@@ -137,7 +143,9 @@ func (x *execution) admit() *Error {
 		x.requested()
 		return err
 	}
-	x.requested()
+	if err := x.requested(); err != nil {
+		return err
+	}
 	required, reason, err := x.approvalRequired()
 	if err != nil {
 		return err
@@ -184,13 +192,23 @@ func (x *execution) bind() *Error {
 }
 
 // requested starts the execution's trail and its trace, once the digest is
-// known (or known not to come).
-func (x *execution) requested() {
+// known (or known not to come). It fails when the strict audit sink did not
+// record the request: then nothing may run.
+func (x *execution) requested() *Error {
 	x.startTracing(x.streaming)
 	if len(x.e.sinks) > 0 {
 		x.sinkCtx = context.WithoutCancel(x.ctx)
 	}
-	x.emit(Event{Type: EventRequested})
+	return x.unaudited(x.emit(Event{Type: EventRequested}))
+}
+
+// unaudited is the error of an execution whose strict audit sink failed:
+// no record, no effect.
+func (x *execution) unaudited(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: CodeAuditUnavailable, Message: "the audit trail could not record the call; nothing ran", Retryable: true, Cause: err}
 }
 
 // loop is stage 5, the only stage that retries.
@@ -616,10 +634,13 @@ func (x *execution) finalEvent(env Envelope, err *Error) Event {
 	return ev
 }
 
-// emit fills the execution's common fields and hands ev to every sink.
-func (x *execution) emit(ev Event) {
+// emit fills the execution's common fields and hands ev to every sink's
+// queue; the strict audit sink receives capability.requested and
+// capability.started synchronously, and its error is returned: nothing may
+// run on an event that was not recorded.
+func (x *execution) emit(ev Event) error {
 	if len(x.e.sinks) == 0 {
-		return
+		return nil
 	}
 	ev.Time = x.e.cfg.now()
 	ev.ExecutionID = x.id
@@ -629,10 +650,16 @@ func (x *execution) emit(ev Event) {
 	ev.SideEffect = x.cap.SideEffect
 	ev.Risk = x.cap.Risk
 	// A late attempt's abandoned_result is emitted from its own goroutine:
-	// the lock keeps every execution's events delivered one at a time.
+	// the lock keeps each execution's events queued in order.
 	x.emitting <- struct{}{}
 	defer func() { <-x.emitting }()
+	var err error
 	for _, s := range x.e.sinks {
-		s.deliver(x.sinkCtx, ev)
+		if s == x.e.audit && (ev.Type == EventRequested || ev.Type == EventStarted) {
+			err = s.sync(x.sinkCtx, ev)
+			continue
+		}
+		s.enqueue(queued{ctx: x.sinkCtx, ev: ev})
 	}
+	return err
 }

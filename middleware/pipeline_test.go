@@ -27,7 +27,7 @@ func TestSuccessReturnsValueAndCompletedEnvelope(t *testing.T) {
 }
 
 func TestAttemptTimeoutIsTimeoutAndCallerCancelIsCancelled(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 100*time.Millisecond))
 		honour := func(ctx context.Context) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
 
@@ -70,7 +70,7 @@ func TestAlreadyCancelledCallerRunsNothing(t *testing.T) {
 }
 
 func TestIgnoredContextReportsTimeoutAtDeadlineAndDiscardsLateResult(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 100*time.Millisecond))
 		start := time.Now()
 		v, env, err := f.run(t.Context(), procRead, func(context.Context) (any, error) {
@@ -95,7 +95,7 @@ func TestIgnoredContextReportsTimeoutAtDeadlineAndDiscardsLateResult(t *testing.
 }
 
 func TestTimedOutReadRetriesUnderAFreshTimer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(1, 100*time.Millisecond))
 		var deadlines []time.Duration
 		var calls atomic.Int32
@@ -125,7 +125,7 @@ func TestTimedOutReadRetriesUnderAFreshTimer(t *testing.T) {
 }
 
 func TestTimedOutWriteIsNotRetried(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: 100 * time.Millisecond})
 		var runs atomic.Int32
 		_, env, err := f.run(t.Context(), procWrite, func(ctx context.Context) (any, error) {
@@ -159,7 +159,7 @@ func TestWriteLikeRetriedOnlyWhenIdempotentAndConfigured(t *testing.T) {
 		{"read without retry", middleware.Capability{SideEffect: middleware.SideEffectRead}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
 				f := newFixture(t, procWrite, tc.cap)
 				var runs atomic.Int32
 				_, env, err := f.run(t.Context(), procWrite, func(context.Context) (any, error) {
@@ -178,7 +178,7 @@ func TestWriteLikeRetriedOnlyWhenIdempotentAndConfigured(t *testing.T) {
 func TestMaxRetriesCountsReattemptsAfterTheFirst(t *testing.T) {
 	for retries := range 4 {
 		t.Run(fmt.Sprint("MaxRetries=", retries), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
 				f := newFixture(t, procRead, read(retries, time.Second))
 				var runs atomic.Int32
 				_, env, _ := f.run(t.Context(), procRead, func(context.Context) (any, error) { runs.Add(1); return nil, errTransient })
@@ -233,7 +233,7 @@ func TestRetryOnVetoAndPanicStopRetries(t *testing.T) {
 }
 
 func TestIDsStableAcrossAttemptsAndUniqueAcrossExecutions(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(2, time.Second))
 		c := newCounter()
 		fn := func(ctx context.Context) (any, error) { c.note(ctx); return nil, errTransient }
@@ -306,7 +306,7 @@ func TestPlainErrorsAreConcealedAndDeclaredErrorsKept(t *testing.T) {
 }
 
 func TestCancellationDuringBackoffIsTerminal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := read(5, time.Second)
 		c.Retry.Backoff = time.Minute
 		f := newFixture(t, procRead, c)
@@ -324,7 +324,7 @@ func TestCancellationDuringBackoffIsTerminal(t *testing.T) {
 }
 
 func TestNoRetryWhenTheCallerDeadlineEndsBeforeTheBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := read(5, time.Second)
 		c.Retry.Backoff = time.Minute
 		f := newFixture(t, procRead, c)
@@ -340,7 +340,7 @@ func TestNoRetryWhenTheCallerDeadlineEndsBeforeTheBackoff(t *testing.T) {
 }
 
 func TestBackoffIsExponentialFromTheBase(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := read(3, time.Second)
 		c.Retry.Backoff = 100 * time.Millisecond
 		f := newFixture(t, procRead, c)
@@ -356,7 +356,7 @@ func TestBackoffIsExponentialFromTheBase(t *testing.T) {
 }
 
 func TestWriteReattemptNeverOverlapsThePreviousAttempt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 100 * time.Millisecond,
 			Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}
 		f := newFixture(t, procIdemWrite, c)
@@ -384,7 +384,7 @@ func TestWriteReattemptNeverOverlapsThePreviousAttempt(t *testing.T) {
 }
 
 func TestWriteEndsTimeoutWhenTheAbandonedAttemptNeverReturns(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 100 * time.Millisecond,
 			Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}
 		f := newFixture(t, procIdemWrite, c)
@@ -407,7 +407,7 @@ func TestWriteEndsTimeoutWhenTheAbandonedAttemptNeverReturns(t *testing.T) {
 }
 
 func TestReadsMayOverlapAnAbandonedAttempt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(1, 100*time.Millisecond))
 		var runs atomic.Int32
 		start := time.Now()
@@ -426,7 +426,7 @@ func TestReadsMayOverlapAnAbandonedAttempt(t *testing.T) {
 }
 
 func TestAbandonedAttemptsAreCapped(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 10*time.Millisecond), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: 2}))
 		release := make(chan struct{})
 		hang := func(context.Context) (any, error) { <-release; return nil, nil }
@@ -448,7 +448,7 @@ func TestAbandonedAttemptsAreCapped(t *testing.T) {
 }
 
 func TestHandlerCtxErrorIsClassifiedByCause(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 50*time.Millisecond))
 		_, env, err := f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
 			<-ctx.Done()

@@ -42,7 +42,9 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 	}
 	defer a.cancel()
 	x.attempts = 1
-	x.emit(Event{Type: EventStarted, Attempt: 1})
+	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1})); err != nil {
+		return err
+	}
 	var r attemptResult
 	func() {
 		defer func() {

@@ -19,13 +19,13 @@ import (
 // agree with each other.
 func TestStressExactlyOneEnvelopeAndFinalEvent(t *testing.T) {
 	const executions = 2000
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		rec := &agentsafetest.Recorder{}
 		reg := middleware.NewRegistry().
 			Register(procRead, read(2, 20*time.Millisecond)).
 			Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: 20 * time.Millisecond}).
 			Register(procIdemWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 20 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
-		eng, err := middleware.New(reg, middleware.WithEventSink(rec), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: executions*3}), middleware.WithProtoFiles(nil))
+		eng, err := middleware.New(reg, middleware.WithEventSink(rec, middleware.SinkQueue(1<<16)), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: executions * 3}), middleware.WithProtoFiles(nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -95,39 +95,44 @@ func (s *ctxSink) HandleEvent(ctx context.Context, e middleware.Event) {
 }
 
 func TestTracerNestsAttemptsUnderTheExecution(t *testing.T) {
-	tr := &recordingTracer{}
-	sink := &ctxSink{}
-	f := newFixture(t, procRead, read(1, time.Second), middleware.WithTracer(tr), middleware.WithEventSink(sink))
-	var handlerScope string
-	var seen middleware.Execution
-	_, env, err := f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
-		handlerScope = scopeOf(ctx)
-		seen, _ = middleware.ExecutionFromContext(ctx)
-		return "ok", nil
-	})
-	wantCode(t, env, err, middleware.CodeOK)
-	if want := env.ExecutionID + "/1"; handlerScope != want {
-		t.Errorf("the handler's context carries scope %q, want the attempt's %q: its spans would not nest under its attempt", handlerScope, want)
-	}
-	if seen.ID != env.ExecutionID || seen.Attempt != 1 {
-		t.Errorf("ExecutionFromContext under a tracer: %+v", seen)
-	}
-	tr.want(t, "start execution", "start attempt 1 under true", "end attempt 1 OK", "end execution completed")
-	if info := tr.infos[0]; info.ID != env.ExecutionID || info.Procedure != procRead || info.SideEffect != middleware.SideEffectRead || info.Streaming {
-		t.Errorf("ExecutionInfo %+v", info)
-	}
-	if tr.envs[0] != env {
-		t.Errorf("the execution ends with envelope %+v, Execute returned %+v", tr.envs[0], env)
-	}
-	for _, typ := range []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted} {
-		if got := sink.scopes[typ]; got != env.ExecutionID {
-			t.Errorf("event %s delivered with scope %q, want the execution's", typ, got)
+	inBubble(t, func(t *testing.T) {
+		tr := &recordingTracer{}
+		sink := &ctxSink{}
+		f := newFixture(t, procRead, read(1, time.Second), middleware.WithTracer(tr), middleware.WithEventSink(sink))
+		var handlerScope string
+		var seen middleware.Execution
+		_, env, err := f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
+			handlerScope = scopeOf(ctx)
+			seen, _ = middleware.ExecutionFromContext(ctx)
+			return "ok", nil
+		})
+		wantCode(t, env, err, middleware.CodeOK)
+		if want := env.ExecutionID + "/1"; handlerScope != want {
+			t.Errorf("the handler's context carries scope %q, want the attempt's %q: its spans would not nest under its attempt", handlerScope, want)
 		}
-	}
+		if seen.ID != env.ExecutionID || seen.Attempt != 1 {
+			t.Errorf("ExecutionFromContext under a tracer: %+v", seen)
+		}
+		tr.want(t, "start execution", "start attempt 1 under true", "end attempt 1 OK", "end execution completed")
+		if info := tr.infos[0]; info.ID != env.ExecutionID || info.Procedure != procRead || info.SideEffect != middleware.SideEffectRead || info.Streaming {
+			t.Errorf("ExecutionInfo %+v", info)
+		}
+		if tr.envs[0] != env {
+			t.Errorf("the execution ends with envelope %+v, Execute returned %+v", tr.envs[0], env)
+		}
+		synctest.Wait() // the sinks have what was queued
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for _, typ := range []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted} {
+			if got := sink.scopes[typ]; got != env.ExecutionID {
+				t.Errorf("event %s delivered with scope %q, want the execution's", typ, got)
+			}
+		}
+	})
 }
 
 func TestTracerSeesEveryAttemptAndItsOutcome(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		tr := &recordingTracer{}
 		f := newFixture(t, procRead, read(2, 100*time.Millisecond), middleware.WithTracer(tr))
 		n := 0
@@ -151,7 +156,7 @@ func TestTracerSeesEveryAttemptAndItsOutcome(t *testing.T) {
 
 func TestTracerKeepsTimeoutAndCancellationSemantics(t *testing.T) {
 	t.Run("timeout of a handler that ignores its context", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
 			tr := &recordingTracer{}
 			f := newFixture(t, procRead, read(0, 100*time.Millisecond), middleware.WithTracer(tr))
 			release := make(chan struct{})
@@ -176,7 +181,7 @@ func TestTracerKeepsTimeoutAndCancellationSemantics(t *testing.T) {
 		})
 	})
 	t.Run("the caller leaving", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
 			tr := &recordingTracer{}
 			f := newFixture(t, procRead, read(2, time.Second), middleware.WithTracer(tr))
 			ctx, cancel := context.WithCancel(t.Context())
@@ -265,8 +270,8 @@ func TestWithOptionsAndWithTracerNil(t *testing.T) {
 	rec := &agentsafetest.Recorder{}
 	f := newFixture(t, procRead, read(0, time.Second), middleware.WithOptions(nil, middleware.WithTracer(tr), middleware.WithEventSink(rec)))
 	_, env, _ := f.run(t.Context(), procRead, noop)
-	if len(tr.calls()) != 4 || len(rec.Execution(env.ExecutionID)) != 3 {
-		t.Errorf("WithOptions did not install both: tracer calls %q, events %d", tr.calls(), len(rec.Execution(env.ExecutionID)))
+	if evs, _ := rec.WaitFinal(t.Context(), env.ExecutionID); len(tr.calls()) != 4 || len(evs) != 3 {
+		t.Errorf("WithOptions did not install both: tracer calls %q, events %d", tr.calls(), len(evs))
 	}
 
 	off := &recordingTracer{}
@@ -279,12 +284,11 @@ func TestWithOptionsAndWithTracerNil(t *testing.T) {
 
 func TestDecisionEventsCarryTheWait(t *testing.T) {
 	g := newGated(t, gatedCap)
-	id := g.requested(refund)
+	first, _, _ := g.call(agent, refund, "")
 	g.advance(7 * time.Minute)
-	g.approve(id)
-	evs := g.rec.Events()
-	last := evs[len(evs)-1]
-	if last.Type != middleware.EventApproved || last.Duration != 7*time.Minute {
+	g.approve(first.ApprovalID)
+	last := g.waitEvent(first.ExecutionID, middleware.EventApproved)
+	if last.Duration != 7*time.Minute {
 		t.Errorf("capability.approved must carry how long the record waited (7m): %s %v", last.Type, last.Duration)
 	}
 }
