@@ -20,6 +20,7 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -243,6 +244,13 @@ func failure(code string) error {
 		return connect.NewError(connect.CodeUnavailable, errors.New("backend unavailable"))
 	case "invalid_argument":
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("id must not be empty"))
+	case "declared":
+		// A business error on purpose: code, message, a detail, metadata.
+		ce := connect.NewError(connect.CodeFailedPrecondition, errors.New("order 42 was already refunded"))
+		d, _ := connect.NewErrorDetail(wrapperspb.String("ALREADY_REFUNDED"))
+		ce.AddDetail(d)
+		ce.Meta().Set("X-Order", "42")
+		return ce
 	case "plain":
 		return errors.New("query failed: " + secret)
 	}
@@ -266,6 +274,7 @@ type serverConfig struct {
 	// after[i] after it.
 	before, after []connect.Interceptor
 	bare          bool // no guard at all
+	handlerOpts   []connect.HandlerOption
 }
 
 func newServer(t testing.TB, cfg serverConfig) *server {
@@ -284,7 +293,7 @@ func newServer(t testing.TB, cfg serverConfig) *server {
 	}
 	interceptors = append(interceptors, cfg.after...)
 	mux := http.NewServeMux()
-	mux.Handle(testv1connect.NewTestServiceHandler(s.svc, connect.WithInterceptors(interceptors...)))
+	mux.Handle(testv1connect.NewTestServiceHandler(s.svc, append(cfg.handlerOpts, connect.WithInterceptors(interceptors...))...))
 	s.url = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.svc.mu.Lock()
 		s.svc.protos = append(s.svc.protos, r.ProtoMajor)
