@@ -37,10 +37,11 @@ func (readService) Read(_ context.Context, req *connect.Request[testv1.Request])
 // order, so noise hits both alike; it reports the median of each and the
 // overhead of the governed median over the bare one.
 func BenchmarkUnary(b *testing.B) {
-	guard, err := connectadapter.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		b.Fatal(err)
 	}
+	guard := connectadapter.NewInterceptor(eng)
 	client := func(b *testing.B, opts ...connect.HandlerOption) testv1connect.TestServiceClient {
 		mux := http.NewServeMux()
 		mux.Handle(testv1connect.NewTestServiceHandler(readService{}, opts...))

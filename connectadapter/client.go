@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // ClientInterceptor is a client-side [connect.Interceptor] that sends the
@@ -22,7 +22,7 @@ import (
 // an *http.Client from [KeyHTTPClient] with the same hosts, so the key does
 // not follow a redirect off the list.
 type ClientInterceptor struct {
-	hosts middleware.KeyHosts
+	hosts adapter.KeyHosts
 }
 
 var _ connect.Interceptor = (*ClientInterceptor)(nil)
@@ -46,7 +46,7 @@ var _ connect.Interceptor = (*ClientInterceptor)(nil)
 //		connectadapter.KeyHTTPClient(http.DefaultClient, hosts...), url,
 //		connect.WithInterceptors(connectadapter.NewClientInterceptor(hosts...)))
 func NewClientInterceptor(hosts ...string) *ClientInterceptor {
-	return &ClientInterceptor{hosts: middleware.NewKeyHosts(hosts...)}
+	return &ClientInterceptor{hosts: adapter.NewKeyHosts(hosts...)}
 }
 
 // KeyHTTPClient returns a copy of c (nil: a new client on
@@ -68,14 +68,14 @@ func KeyHTTPClient(c *http.Client, hosts ...string) *http.Client {
 		cp := *c
 		out = &cp
 	}
-	allowed := middleware.NewKeyHosts(hosts...)
+	allowed := adapter.NewKeyHosts(hosts...)
 	check := out.CheckRedirect
 	if check == nil {
 		check = defaultCheckRedirect
 	}
 	out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		if !allowed.Allows(req.URL.Host) {
-			req.Header.Del(middleware.HeaderIdempotencyKey)
+			req.Header.Del(adapter.HeaderIdempotencyKey)
 		}
 		return check(req, via)
 	}
@@ -116,11 +116,11 @@ func (c *ClientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 }
 
 // setKey keeps an Idempotency-Key the application set itself.
-func setKey(ctx context.Context, hosts middleware.KeyHosts, addr string, h http.Header) {
-	if h.Get(middleware.HeaderIdempotencyKey) != "" {
+func setKey(ctx context.Context, hosts adapter.KeyHosts, addr string, h http.Header) {
+	if h.Get(adapter.HeaderIdempotencyKey) != "" {
 		return
 	}
 	if key, ok := hosts.Key(ctx, addr); ok {
-		h.Set(middleware.HeaderIdempotencyKey, key)
+		h.Set(adapter.HeaderIdempotencyKey, key)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // inExecution runs f inside a governed execution, as a handler would run
@@ -25,11 +26,11 @@ func inExecution(t *testing.T, f func(ctx context.Context)) string {
 		t.Fatal(err)
 	}
 	var key string
-	_, _, err = eng.Execute(t.Context(), middleware.Call{Procedure: "relay"}, func(ctx context.Context) (any, error) {
+	_, _, err = adapter.Execute(t.Context(), adapter.Resolve(eng, "relay"), adapter.Call[struct{}]{}, func(ctx context.Context) (struct{}, error) {
 		x, _ := middleware.ExecutionFromContext(ctx)
 		key = x.IdempotencyKey
 		f(ctx)
-		return nil, nil
+		return struct{}{}, nil
 	})
 	if err != nil || key == "" {
 		t.Fatalf("the execution: %v", err)
@@ -47,7 +48,7 @@ type redirector struct {
 
 func (r *redirector) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
-	r.keys = append(r.keys, req.Header.Get(middleware.HeaderIdempotencyKey))
+	r.keys = append(r.keys, req.Header.Get(adapter.HeaderIdempotencyKey))
 	r.mu.Unlock()
 	http.Redirect(w, req, r.target+req.URL.RequestURI(), http.StatusTemporaryRedirect)
 }

@@ -5,50 +5,41 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // stream governs a streaming handler: one synchronous run (a stream cannot
-// be replayed), the ids in the response headers before the handler can send
-// its first message, and the envelope in the trailers: the Agentsafe-*
-// trailers on success, the error detail on failure. The engine applies a
-// timeout only if the capability sets one, and never retries.
+// be replayed), the ids in the response headers before the handler's first
+// message, and the envelope in the trailers.
 //
 // The envelope's headers are the engine's alone. A handler writes the
 // stream's header and trailer maps directly, so a value it sets for one of
-// them (forwarded from a downstream response, say) is dropped again just
-// before the headers go out — at its first Send, or when it returns — and
-// from the trailers at the end.
-func (i *Interceptor) stream(ctx context.Context, conn connect.StreamingHandlerConn, next connect.StreamingHandlerFunc) error {
+// them (relayed from a downstream response, say) is replaced again just
+// before the headers go out, at its first Send, and in the trailers at the
+// end.
+func stream(ctx context.Context, route adapter.Route, conn connect.StreamingHandlerConn, next connect.StreamingHandlerFunc) error {
 	own := &envelopeConn{StreamingHandlerConn: conn}
-	env, err := i.eng.ExecuteStream(ctx, middleware.Call{Procedure: conn.Spec().Procedure}, func(ctx context.Context) error {
-		if x, ok := middleware.ExecutionFromContext(ctx); ok {
-			own.ids = middleware.Envelope{ExecutionID: x.ID, Attempts: x.Attempt}
-			own.ids.SetHeaders(conn.ResponseHeader())
-		}
-		if err := next(ctx, own); err != nil {
-			return declare(ctx, err, nil)
-		}
-		return nil
+	call := adapter.Call[struct{}]{Surface: adapter.SurfaceRPC, Status: status}
+	env, err := adapter.ExecuteStream(ctx, route, call, func(ctx context.Context) error {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		own.ids = middleware.Envelope{ExecutionID: x.ID, Attempts: x.Attempt}
+		return next(ctx, own)
 	})
 	if !own.sent {
-		// Refused before the handler ran, or it sent nothing: the headers
-		// go out with the error or the end of the stream.
-		setEnvelope(conn.ResponseHeader(), env)
+		// Nothing went out yet: headers and trailers leave together, and
+		// the trailers carry the whole envelope.
+		adapter.DelHeaders(conn.ResponseHeader())
 	}
-	dropEnvelope(conn.ResponseTrailer())
+	adapter.DelHeaders(conn.ResponseTrailer())
+	adapter.SetHeaders(conn.ResponseTrailer(), env)
 	if err != nil {
-		// The ids are already in the response headers, which Connect merges
-		// into the error's metadata on the client; adding them to the
-		// error's metadata as well would repeat them.
 		return wireError(err, env)
 	}
-	env.SetHeaders(conn.ResponseTrailer())
 	return nil
 }
 
-// envelopeConn is the stream a governed handler sees: before its first
-// message goes out with the response headers, the envelope's ids are made
-// the only ones there.
+// envelopeConn is the stream a governed handler sees: its first message
+// goes out with the execution's ids as the only envelope headers.
 type envelopeConn struct {
 	connect.StreamingHandlerConn
 	ids  middleware.Envelope
@@ -58,7 +49,7 @@ type envelopeConn struct {
 func (c *envelopeConn) Send(msg any) error {
 	if !c.sent {
 		c.sent = true
-		setEnvelope(c.ResponseHeader(), c.ids)
+		adapter.SetHeaders(c.ResponseHeader(), c.ids)
 	}
 	return c.StreamingHandlerConn.Send(msg)
 }
