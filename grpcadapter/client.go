@@ -59,6 +59,15 @@ func UnaryClientInterceptor(hosts ...string) grpc.UnaryClientInterceptor {
 	}
 }
 
+// StreamClientInterceptor is [UnaryClientInterceptor] for streaming calls:
+// the key goes in the stream's request metadata.
+func StreamClientInterceptor(hosts ...string) grpc.StreamClientInterceptor {
+	allowed := adapter.NewKeyHosts(hosts...)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return streamer(withKey(ctx, allowed, cc), desc, cc, method, opts...)
+	}
+}
+
 // withKey adds the execution's key to the outgoing metadata of a call on
 // cc when its target is listed.
 func withKey(ctx context.Context, hosts adapter.KeyHosts, cc *grpc.ClientConn) context.Context {

@@ -3,6 +3,7 @@ package grpcadapter_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -277,6 +278,20 @@ func TestIdempotencyKeyReachesDownstreamUnchangedAcrossRetries(t *testing.T) {
 			},
 			func(ctx context.Context, c testv1.TestServiceClient) error {
 				_, err := c.Ungoverned(ctx, &testv1.Request{})
+				return err
+			}},
+		{"stream",
+			func(hosts ...string) grpc.DialOption {
+				return grpc.WithChainStreamInterceptor(grpcadapter.StreamClientInterceptor(hosts...))
+			},
+			func(ctx context.Context, c testv1.TestServiceClient) error {
+				st, err := c.Stream(ctx, &testv1.Request{})
+				for err == nil {
+					_, err = st.Recv()
+				}
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
 				return err
 			}},
 	} {
