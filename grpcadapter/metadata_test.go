@@ -22,6 +22,8 @@ func forged() metadata.MD {
 		"agentsafe-execution-id", "exe_forged",
 		"agentsafe-attempts", "9",
 		"agentsafe-approval-id", "apr_00000000000000000000000000000000",
+		"agentsafe-code", "TIMEOUT",
+		"agentsafe-retryable", "true",
 		"x-own", "kept",
 	)
 }
@@ -115,9 +117,19 @@ func TestHandlerMetadataCannotShadowTheEnvelope(t *testing.T) {
 						t.Errorf("%s agentsafe-execution-id %q: the handler's value reached the wire next to the engine's %q", md.where, v, x.ID)
 					}
 				}
-				for _, k := range []string{"agentsafe-execution-id", "agentsafe-attempts", "agentsafe-approval-id"} {
+				for _, k := range []string{"agentsafe-execution-id", "agentsafe-attempts", "agentsafe-approval-id", "agentsafe-code", "agentsafe-retryable"} {
 					if n := len(md.md.Get(k)); n > 1 {
 						t.Errorf("%s has %d values of %s: %q", md.where, n, k, md.md.Get(k))
+					}
+				}
+				for _, v := range md.md.Get("agentsafe-code") {
+					if v != "EXECUTION_FAILED" {
+						t.Errorf("%s agentsafe-code %q, want the engine's EXECUTION_FAILED", md.where, v)
+					}
+				}
+				for _, v := range md.md.Get("agentsafe-retryable") {
+					if v != "false" {
+						t.Errorf("%s agentsafe-retryable %q, want the engine's false", md.where, v)
 					}
 				}
 				for _, v := range md.md.Get("agentsafe-attempts") {
