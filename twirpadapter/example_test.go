@@ -35,10 +35,11 @@ func Example() {
 	env, _ := rec.Envelope(err)
 	fmt.Println(resp.GetId(), "on attempt", resp.GetAttempt(), "-", env.Status, "after", env.Attempts, "attempts")
 
-	// A write that is not idempotent is not: the caller gets the error,
-	// with the envelope in its meta.
-	_, err = client.Write(context.Background(), &testv1.Request{Id: "order-42"})
-	env, _ = twirpadapter.EnvelopeFromError(err)
+	// A write that is not idempotent is not: the caller gets the handler's
+	// own error, unchanged, and the envelope in the response headers.
+	ctx, rec = twirpadapter.RecordEnvelope(context.Background())
+	_, err = client.Write(ctx, &testv1.Request{Id: "order-42"})
+	env, _ = rec.Envelope(err)
 	fmt.Println(err)
 	fmt.Println(env.Status, env.Error.Code, "after", env.Attempts, "attempt; safe to re-invoke:", env.Error.Retryable)
 	// Output:
