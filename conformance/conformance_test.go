@@ -15,12 +15,13 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // direct is a minimal adapter with no framework, called in process: its
 // "wire" is the Agentsafe-* headers plus, on an error the engine decided,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/grpcadapter"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -23,7 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 func TestConformance(t *testing.T) {
 	conformance.RunAdapter(t, harness{})

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/agentsafe/agentsafe/agentsafetest"
@@ -168,7 +167,7 @@ func TestCallerLeavingOnTheWire(t *testing.T) {
 		}, twirp.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			agentsafetest.Test(t, func(t *testing.T) {
 				rec := &agentsafetest.Recorder{}
 				eng, err := middleware.New(nil, middleware.WithEventSink(rec), middleware.WithApprovalStore(approvalstore.NewMemory()))
 				if err != nil {

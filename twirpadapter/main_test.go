@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/twirpadapter"
@@ -18,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // guard bounds every wait on the system under test, so a broken rule fails
 // the test instead of hanging it. Nothing waits this long when rules hold.
