@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 
@@ -31,9 +33,12 @@ func (conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle con
 	mux := http.NewServeMux()
 	for _, f := range conformance.Fixtures() {
 		mux.HandleFunc("POST /"+string(f), func(w http.ResponseWriter, r *http.Request) {
-			var in conformance.Request
+			var in conformance.Request // each attempt decodes its own copy of the body
 			_ = json.NewDecoder(r.Body).Decode(&in)
 			resp, err := handle(r.Context(), f, in, w.Header().Set)
+			if in.Mode == conformance.ModeMutate {
+				in.ID = conformance.MutatedID // a careless handler changes its input
+			}
 			if err != nil {
 				fail(w, r, err)
 				return
@@ -57,34 +62,47 @@ func (conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle con
 	})
 	srv := httptest.NewServer(nethttpadapter.WrapMux(eng, mux))
 	t.Cleanup(srv.Close)
-	return conformanceClient{srv}
+	return conformanceClient{base: srv.URL, client: srv.Client()}
 }
 
-// fail is how a careful net/http handler fails: a status, never the
-// error's text; nothing at all once its context has ended.
+// fail is how a net/http handler fails. net/http's own error, a status, is
+// how it answers a *conformance.Status: the status, the message as the
+// body, the detail in a header. A handler that gave up when its context
+// ended says nothing; one that failed transiently answers 503, never the
+// error's text. net/http has no way to return any other error: what a
+// handler cannot answer it panics with, which the engine conceals.
 func fail(w http.ResponseWriter, r *http.Request, err error) {
+	st, own := errors.AsType[*conformance.Status](err)
 	switch {
+	case own:
+		if st.Detail != "" {
+			w.Header().Set("X-Conformance-Detail", st.Detail)
+		}
+		http.Error(w, st.Message, st.HTTPStatus())
 	case r.Context().Err() != nil:
 	case middleware.DefaultClassifier(err):
 		http.Error(w, "temporarily unavailable", http.StatusServiceUnavailable)
 	default:
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		panic(err)
 	}
 }
 
-type conformanceClient struct{ srv *httptest.Server }
+type conformanceClient struct {
+	base   string
+	client *http.Client
+}
 
 func (c conformanceClient) do(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) (*http.Response, error) {
 	body, _ := json.Marshal(req)
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.srv.URL+"/"+string(f), bytes.NewReader(body))
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/"+string(f), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	r.Header.Set("Content-Type", "application/json")
 	if approvalID != "" {
-		r.Header.Set(middleware.HeaderApprovalID, approvalID)
+		r.Header.Set(adapter.HeaderApprovalID, approvalID)
 	}
-	return c.srv.Client().Do(r)
+	return c.client.Do(r)
 }
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
@@ -127,7 +145,9 @@ func (c conformanceClient) Stream(ctx context.Context, req conformance.Request) 
 }
 
 // result reads what the client saw: the envelope through the adapter's own
-// helper, headers and trailers, the body.
+// helper, headers and trailers, the body, and on failure net/http's error:
+// the status, and the body as the message unless it is agentsafe's JSON
+// envelope.
 func result(resp *http.Response, body []byte, readErr error) conformance.Result {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	env, _ := nethttpadapter.EnvelopeFromResponse(resp)
@@ -136,8 +156,15 @@ func result(resp *http.Response, body []byte, readErr error) conformance.Result 
 		h[k] = append(h[k], v...)
 	}
 	res := conformance.Result{Envelope: env, Header: h, Body: body, Err: readErr}
-	if res.Err == nil && resp.StatusCode != http.StatusOK {
-		res.Err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	if res.Err != nil || resp.StatusCode == http.StatusOK {
+		return res
+	}
+	res.Err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	var own middleware.Envelope
+	res.EngineDetail = json.Unmarshal(body, &own) == nil && own.Error != nil && own.ExecutionID == env.ExecutionID
+	res.Status = &conformance.Status{Code: conformance.StatusFromHTTP(resp.StatusCode), Message: strings.TrimSuffix(string(body), "\n"), Detail: resp.Header.Get("X-Conformance-Detail")}
+	if res.EngineDetail {
+		res.Status.Message = own.Error.Message
 	}
 	return res
 }
