@@ -19,17 +19,27 @@ import (
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 
+// In process: the client calls the wrapped mux through an in-memory
+// transport, and the suite runs every rule on a fake clock.
 func TestConformance(t *testing.T) {
+	conformance.RunAdapter(t, conformanceHarness{inProcess: true})
+}
+
+// Over a real HTTP server, the same rules with real time, sockets and
+// net/http's own client.
+func TestConformanceOverSockets(t *testing.T) {
 	conformance.RunAdapter(t, conformanceHarness{})
 }
 
 // conformanceHarness serves every fixture as a ServeMux route governed by
-// its pattern, "POST /<fixture>", over a real HTTP server.
-type conformanceHarness struct{}
+// its pattern, "POST /<fixture>".
+type conformanceHarness struct{ inProcess bool }
+
+func (h conformanceHarness) InProcess() bool { return h.inProcess }
 
 func (conformanceHarness) Procedure(f conformance.Fixture) string { return "POST /" + string(f) }
 
-func (conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
+func (h conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
 	mux := http.NewServeMux()
 	for _, f := range conformance.Fixtures() {
 		mux.HandleFunc("POST /"+string(f), func(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +70,11 @@ func (conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle con
 			fail(w, r, err)
 		}
 	})
-	srv := httptest.NewServer(nethttpadapter.WrapMux(eng, mux))
+	wrapped := nethttpadapter.WrapMux(eng, mux)
+	if h.inProcess {
+		return conformanceClient{base: "http://conformance.test", client: &http.Client{Transport: inMemory{wrapped}}}
+	}
+	srv := httptest.NewServer(wrapped)
 	t.Cleanup(srv.Close)
 	return conformanceClient{base: srv.URL, client: srv.Client()}
 }
@@ -85,6 +99,20 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		panic(err)
 	}
+}
+
+// inMemory serves requests with a handler in process, through no socket.
+type inMemory struct{ h http.Handler }
+
+func (m inMemory) RoundTrip(req *http.Request) (*http.Response, error) {
+	sr := req.Clone(req.Context())
+	sr.RequestURI = req.URL.RequestURI()
+	if sr.Body == nil {
+		sr.Body = http.NoBody
+	}
+	rec := httptest.NewRecorder()
+	m.h.ServeHTTP(rec, sr)
+	return rec.Result(), nil
 }
 
 type conformanceClient struct {
