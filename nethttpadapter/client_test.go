@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 
@@ -103,7 +104,7 @@ type keyRecorder struct {
 
 func (k *keyRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	k.mu.Lock()
-	k.keys = append(k.keys, r.Header.Get(middleware.HeaderIdempotencyKey))
+	k.keys = append(k.keys, r.Header.Get(adapter.HeaderIdempotencyKey))
 	k.mu.Unlock()
 }
 
@@ -122,7 +123,7 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 	call := func(ctx context.Context, target, preset string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
 		if preset != "" {
-			req.Header.Set(middleware.HeaderIdempotencyKey, preset)
+			req.Header.Set(adapter.HeaderIdempotencyKey, preset)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -130,7 +131,7 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 			return
 		}
 		resp.Body.Close()
-		if preset == "" && req.Header.Get(middleware.HeaderIdempotencyKey) != "" {
+		if preset == "" && req.Header.Get(adapter.HeaderIdempotencyKey) != "" {
 			t.Error("the transport modified the caller's request")
 		}
 	}
@@ -190,26 +191,25 @@ func TestIdempotencyKeyTransportDoesNotFollowARedirectToAnUnlistedHost(t *testin
 	host := func(s string) string { u, _ := url.Parse(s); return u.Host }
 	client := &http.Client{Transport: nethttpadapter.IdempotencyKeyTransport(nil, host(toUnlistedSrv.URL), host(toListedSrv.URL), host(listedSrv.URL))}
 
-	eng, err := middleware.New(middleware.NewRegistry().Register("relay", read(middleware.Capability{})), middleware.WithProtoFiles(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, read(middleware.Capability{}))
 	var key string
-	_, _, err = eng.Execute(t.Context(), middleware.Call{Procedure: "relay"}, func(ctx context.Context) (any, error) {
-		x, _ := middleware.ExecutionFromContext(ctx)
+	relay := nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x, _ := middleware.ExecutionFromContext(r.Context())
 		key = x.IdempotencyKey
 		for _, target := range []string{toUnlistedSrv.URL, toListedSrv.URL} {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/charge", strings.NewReader(`{"amount":42}`))
+			req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, target+"/charge", strings.NewReader(`{"amount":42}`))
 			resp, err := client.Do(req)
 			if err != nil {
-				return nil, err
+				t.Errorf("downstream call: %v", err)
+				return
 			}
 			resp.Body.Close()
 		}
-		return nil, nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	}))
+	rec := httptest.NewRecorder()
+	relay.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
 	}
 	for _, c := range []struct {
 		where string

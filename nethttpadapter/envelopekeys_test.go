@@ -6,13 +6,15 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 
 // The envelope's headers are the engine's alone, as trailers too: a handler
-// that declares or sets Agentsafe-Execution-Id, -Attempts or -Approval-Id as
-// a trailer (forwarding a downstream response's, say) must not put another
-// execution's values on the wire after the body. Its other trailers pass.
+// that declares or sets Agentsafe-Execution-Id, -Attempts, -Approval-Id,
+// -Code or -Retryable as a trailer (forwarding a downstream response's,
+// say) must not put another execution's values on the wire after the body.
+// Its other trailers pass.
 func TestHandlerTrailersCannotCarryTheEnvelopesKeys(t *testing.T) {
 	t.Parallel()
 	seen := make(chan middleware.Execution, 1)
@@ -20,12 +22,14 @@ func TestHandlerTrailersCannotCarryTheEnvelopesKeys(t *testing.T) {
 		return nethttpadapter.Wrap(eng, "w", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			x, _ := middleware.ExecutionFromContext(r.Context())
 			seen <- x
-			w.Header().Set("Trailer", "Agentsafe-Execution-Id, X-Checksum")
+			w.Header().Set("Trailer", "Agentsafe-Execution-Id, X-Checksum, Agentsafe-Code")
 			_, _ = io.WriteString(w, "body")
-			w.Header().Set(middleware.HeaderExecutionID, "exe_forged")
+			w.Header().Set(adapter.HeaderExecutionID, "exe_forged")
 			w.Header().Set("X-Checksum", "abc")
-			w.Header().Set(http.TrailerPrefix+middleware.HeaderAttempts, "9")
+			w.Header().Set(http.TrailerPrefix+adapter.HeaderAttempts, "9")
 			w.Header().Set(http.TrailerPrefix+"agentsafe-approval-id", "apr_00000000000000000000000000000000")
+			w.Header().Set(adapter.HeaderCode, "TIMEOUT")
+			w.Header().Set(http.TrailerPrefix+adapter.HeaderRetryable, "true")
 		}))
 	})
 	resp, body := h.post("/", "", "")
@@ -35,7 +39,7 @@ func TestHandlerTrailersCannotCarryTheEnvelopesKeys(t *testing.T) {
 	}
 	for k, v := range resp.Trailer {
 		switch http.CanonicalHeaderKey(k) {
-		case middleware.HeaderExecutionID, middleware.HeaderAttempts, middleware.HeaderApprovalID:
+		case adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode, adapter.HeaderRetryable:
 			t.Errorf("trailer %s: %q reached the wire; the envelope of %s is in the headers, and its keys are the engine's alone", k, v, x.ID)
 		}
 	}

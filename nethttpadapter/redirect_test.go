@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
@@ -56,7 +57,7 @@ func TestWrapMuxRefusesAPathTheMuxWouldRedirectBeforeTheApprovalGate(t *testing.
 				}
 				req.Header.Set("Content-Type", "application/json")
 				if approvalID != "" {
-					req.Header.Set(middleware.HeaderApprovalID, approvalID)
+					req.Header.Set(adapter.HeaderApprovalID, approvalID)
 				}
 				resp, err := client.Do(req)
 				if err != nil {
@@ -152,14 +153,14 @@ func TestWrapMuxRedirectRuleAppliesOnlyToTheMuxsRedirectsToGovernedPatterns(t *t
 		return resp
 	}
 
-	if resp := get("/old"); resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/new" || resp.Header.Get(middleware.HeaderExecutionID) == "" {
+	if resp := get("/old"); resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/new" || resp.Header.Get(adapter.HeaderExecutionID) == "" {
 		t.Errorf("a governed handler's own redirect: %d %v, want its 301 to /new with the envelope's ids", resp.StatusCode, resp.Header)
 	}
 	h.final()
-	if resp := get("/docs"); resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "/docs/" || resp.Header.Get(middleware.HeaderExecutionID) != "" {
+	if resp := get("/docs"); resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "/docs/" || resp.Header.Get(adapter.HeaderExecutionID) != "" {
 		t.Errorf("a redirect to an ungoverned pattern: %d %v, want the mux's own 307 to /docs/", resp.StatusCode, resp.Header)
 	}
-	if resp := get("/nowhere"); resp.StatusCode != http.StatusNotFound || resp.Header.Get(middleware.HeaderExecutionID) != "" {
+	if resp := get("/nowhere"); resp.StatusCode != http.StatusNotFound || resp.Header.Get(adapter.HeaderExecutionID) != "" {
 		t.Errorf("an unrouted path: %d %v, want the mux's own 404", resp.StatusCode, resp.Header)
 	}
 	if runs.Load() != 0 {

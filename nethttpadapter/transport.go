@@ -3,7 +3,7 @@ package nethttpadapter
 import (
 	"net/http"
 
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // IdempotencyKeyTransport returns a RoundTripper that puts the execution's
@@ -15,7 +15,7 @@ import (
 //	client := &http.Client{Transport: nethttpadapter.IdempotencyKeyTransport(nil, "api.payments.example")}
 //	req, _ := http.NewRequestWithContext(r.Context(), "POST", url, body)
 //
-// The key is [middleware.OutgoingIdempotencyKey]: the same across runtime
+// The key is [adapter.OutgoingKey]: the same across runtime
 // retries of one execution, and a stable sub-key per label set with
 // [middleware.WithKeyLabel], so two different downstream calls of one
 // execution carry two keys.
@@ -36,16 +36,16 @@ func IdempotencyKeyTransport(next http.RoundTripper, hosts ...string) http.Round
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	return &keyTransport{next: next, hosts: middleware.NewKeyHosts(hosts...)}
+	return &keyTransport{next: next, hosts: adapter.NewKeyHosts(hosts...)}
 }
 
 type keyTransport struct {
 	next  http.RoundTripper
-	hosts middleware.KeyHosts
+	hosts adapter.KeyHosts
 }
 
 func (t *keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL == nil || req.Header.Get(middleware.HeaderIdempotencyKey) != "" {
+	if req.URL == nil || req.Header.Get(adapter.HeaderIdempotencyKey) != "" {
 		return t.next.RoundTrip(req)
 	}
 	key, ok := t.hosts.Key(req.Context(), req.URL.Host)
@@ -53,6 +53,6 @@ func (t *keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	out := req.Clone(req.Context())
-	out.Header.Set(middleware.HeaderIdempotencyKey, key)
+	out.Header.Set(adapter.HeaderIdempotencyKey, key)
 	return t.next.RoundTrip(out)
 }

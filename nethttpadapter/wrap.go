@@ -1,18 +1,13 @@
 package nethttpadapter
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"reflect"
-	"sync"
 
-	"github.com/agentsafe/agentsafe/internal/seam"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // Wrap governs h as procedure: the name under which the engine's registry
@@ -34,13 +29,14 @@ func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Opti
 	if eng == nil || h == nil {
 		panic("nethttpadapter: Wrap needs an engine and a handler")
 	}
-	// Lookup, not Governs: in strict mode the engine "governs" every name,
-	// typos included, by refusing it at call time.
-	c, ok := eng.Lookup(procedure)
+	// Capability, not Governed: in strict mode the engine "governs" every
+	// name, typos included, by refusing it at call time.
+	rt := adapter.Resolve(eng, procedure)
+	c, ok := rt.Capability()
 	if !ok {
 		panic(fmt.Sprintf("nethttpadapter: Wrap(%q): the engine governs no procedure %q; register its capability in the registry given to middleware.New, or do not Wrap the handler", procedure, procedure))
 	}
-	return &route{eng: eng, procedure: procedure, h: h, cfg: newConfig(opts), stream: c.Streaming}
+	return &route{rt: rt, h: h, cfg: newConfig(opts), stream: c.Streaming}
 }
 
 // WrapMux governs every route of mux whose pattern names a capability: the
@@ -58,8 +54,8 @@ func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Opti
 // a governed pattern — an unclean path such as "//refund" or "/a/../refund",
 // or a subtree pattern's path without its trailing slash — is refused with
 // 400 and a JSON envelope (INVALID_ARGUMENT, the message names the
-// canonical path), as an execution that never ran ([middleware.Engine.Refuse]):
-// following the redirect is the caller's decision, and were the engine to
+// canonical path), as an execution that never ran, with an id and an audit
+// trail: following the redirect is the caller's decision, and were the engine to
 // run, its one attempt would be the mux's redirect, the handler would not
 // run, and an approval would be spent on it. Nothing runs and nothing is
 // consumed; the same call at the canonical path proceeds as usual. A
@@ -75,19 +71,14 @@ func WrapMux(eng *middleware.Engine, mux *http.ServeMux, opts ...Option) http.Ha
 }
 
 type route struct {
-	eng       *middleware.Engine
-	procedure string
-	h         http.Handler
-	cfg       config
-	stream    bool
+	rt     adapter.Route
+	h      http.Handler
+	cfg    config
+	stream bool
 }
 
 func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if rt.stream {
-		serveStream(rt.eng, rt.procedure, rt.h, &rt.cfg, w, r)
-		return
-	}
-	serveBuffered(rt.eng, rt.procedure, rt.h, &rt.cfg, w, r)
+	serve(rt.rt, rt.stream, rt.h, &rt.cfg, w, r)
 }
 
 type muxRoute struct {
@@ -97,27 +88,25 @@ type muxRoute struct {
 }
 
 func (m *muxRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.RequestURI == "*" {
-		// The mux answers "OPTIONS *" with 400 itself, without routing it.
-		m.mux.ServeHTTP(w, r)
-		return
-	}
+	var rt adapter.Route // the zero Route governs nothing
 	h, pattern := m.mux.Handler(r)
-	if pattern == "" || !m.eng.Governs(pattern) {
+	if pattern != "" && r.RequestURI != "*" { // the mux answers "OPTIONS *" itself, unrouted
+		rt = adapter.Resolve(m.eng, pattern)
+	}
+	if !rt.Governed() {
 		m.mux.ServeHTTP(w, r)
 		return
 	}
 	if canonical, ok := m.redirect(h, r); ok {
-		refuseRedirect(m.eng, w, r, pattern, canonical)
+		refuse(rt, w, r, 0, middleware.NewError(middleware.CodeInvalidArgument, fmt.Sprintf(
+			"the path %q is not canonical (the mux would redirect it, and a governed route does not follow redirects); send the call to %q",
+			r.URL.EscapedPath(), canonical)))
 		return
 	}
 	// Each attempt is routed again by the mux, on its own request copy, so
 	// the handler sees its pattern and path values as usual.
-	if c, _ := m.eng.Lookup(pattern); c.Streaming {
-		serveStream(m.eng, pattern, m.mux, &m.cfg, w, r)
-		return
-	}
-	serveBuffered(m.eng, pattern, m.mux, &m.cfg, w, r)
+	c, _ := rt.Capability()
+	serve(rt, c.Streaming, m.mux, &m.cfg, w, r)
 }
 
 // redirect reports whether h, what the mux's Handler returned for r, is the
@@ -157,190 +146,3 @@ type redirectRecorder struct{ header http.Header }
 func (r *redirectRecorder) Header() http.Header         { return r.header }
 func (r *redirectRecorder) Write(p []byte) (int, error) { return len(p), nil }
 func (r *redirectRecorder) WriteHeader(int)             {}
-
-// refuseRedirect answers a request the mux would redirect to a governed
-// pattern: INVALID_ARGUMENT, as an execution that never ran (an execution
-// id and an audit trail), naming the path to send the call to. Nothing
-// runs and no approval is consumed.
-func refuseRedirect(eng *middleware.Engine, w http.ResponseWriter, r *http.Request, procedure, canonical string) {
-	refusal := middleware.NewError(middleware.CodeInvalidArgument, fmt.Sprintf(
-		"the path %q is not canonical (the mux would redirect it, and a governed route does not follow redirects); send the call to %q",
-		r.URL.EscapedPath(), canonical))
-	env, _ := eng.Refuse(r.Context(), middleware.Call{Procedure: procedure, ApprovalID: r.Header.Get(middleware.HeaderApprovalID)}, refusal)
-	writeEnvelope(w, env, middleware.CodeInvalidArgument.HTTPStatus())
-}
-
-// serveBuffered runs one governed, buffered request: read the body once,
-// execute, then write the finalized attempt or the envelope.
-func serveBuffered(eng *middleware.Engine, procedure string, h http.Handler, cfg *config, w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, cfg.maxBody)
-	if err != nil {
-		refuse(eng, w, r, procedure, err)
-		return
-	}
-	x := &exchange{r: r, body: body, h: h, max: cfg.maxResponse}
-	call := middleware.Call{
-		Procedure:  procedure,
-		Input:      middleware.HTTPInput(r, body, cfg.bound...),
-		ApprovalID: r.Header.Get(middleware.HeaderApprovalID),
-	}
-	v, env, _ := eng.Execute(r.Context(), call, x.attempt)
-	// The finalized attempt's writer comes back on failure too, when its
-	// handler answered 5xx: that response passes through as written. It is
-	// nil when no attempt returned in time, or its response is not fit to
-	// send (a panic, an overflow).
-	final, _ := v.(*attemptWriter)
-	x.seal(final)
-	switch {
-	case final != nil:
-		final.replay(w, env.SetHeaders, r.Method)
-	case env.Error != nil:
-		writeEnvelope(w, env, env.Error.Code.HTTPStatus())
-	}
-}
-
-// exchange is the state one request shares with its attempts: the body read
-// once, and every attempt's writer, so that all can be sealed at the end.
-type exchange struct {
-	r    *http.Request
-	body []byte
-	h    http.Handler
-	max  int64
-
-	mu      sync.Mutex
-	writers []*attemptWriter
-}
-
-// attempt is the middleware.AttemptFunc: one run of the handler on its own
-// request copy (a fresh reader over the body, the attempt's context) and
-// its own bounded writer.
-func (x *exchange) attempt(ctx context.Context) (any, error) {
-	aw := newAttemptWriter(x.r, x.max)
-	x.mu.Lock()
-	x.writers = append(x.writers, aw)
-	x.mu.Unlock()
-
-	req := x.r.Clone(ctx)
-	req.ContentLength = int64(len(x.body))
-	req.Body = http.NoBody
-	if len(x.body) > 0 {
-		req.Body = newBodyReader(x.body)
-	}
-	x.h.ServeHTTP(aw, req)
-
-	status, wrote, overflow := aw.result()
-	switch {
-	case overflow:
-		return nil, aw.tooLarge()
-	case !wrote:
-		// An implicit 200: a success, unless the handler gave up because
-		// its context ended, which the engine tells apart.
-		return aw, seam.ErrNoResponse
-	case ctx.Err() != nil && status >= 500:
-		// The handler gave up because its context ended: that is the
-		// outcome (TIMEOUT or CANCELLED), not its 5xx.
-		return nil, ctx.Err()
-	case status >= 500:
-		err := error(&StatusError{Status: status})
-		if status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout {
-			err = middleware.Retryable(err)
-		}
-		return aw, err
-	}
-	return aw, nil
-}
-
-// seal ends every attempt's writer; only final keeps its body, for replay.
-func (x *exchange) seal(final *attemptWriter) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, aw := range x.writers {
-		aw.seal(aw == final)
-	}
-}
-
-// bodyReader replays the body to one attempt. It keeps bytes.Reader's
-// WriteTo, so io.Copy from it does not allocate a buffer.
-type bodyReader struct{ bytes.Reader }
-
-func newBodyReader(b []byte) *bodyReader {
-	r := new(bodyReader)
-	r.Reset(b)
-	return r
-}
-
-func (*bodyReader) Close() error { return nil }
-
-// StatusError is the error an attempt ends with when its handler answered
-// with a status of 500 or more: EXECUTION_FAILED, retryable (within what
-// the capability allows) for 502, 503 and 504. A [middleware.Classifier]
-// sees it, wrapped by [middleware.Retryable] for those three, and may
-// decide otherwise. When the attempt is the finalized one, its response
-// reaches the client as the handler wrote it.
-type StatusError struct {
-	Status int
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("handler answered %d %s", e.Status, http.StatusText(e.Status))
-}
-
-// errTooLarge is why a body is refused; it carries the limit for the message.
-type errTooLarge struct{ limit int64 }
-
-func (e errTooLarge) Error() string {
-	return fmt.Sprintf("the request body exceeds the limit of %d bytes", e.limit)
-}
-
-// readBody reads the whole body, at most limit bytes. A Content-Length over
-// the limit is refused without reading.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, errTooLarge{limit}
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	size := 512
-	if r.ContentLength > 0 {
-		size = int(r.ContentLength) + 1 // +1: the read that sees EOF needs no growth
-	}
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	b := make([]byte, 0, size)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := rd.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-				return nil, errTooLarge{limit}
-			}
-			return nil, err
-		}
-	}
-}
-
-// refuse answers a request whose body could not be read; nothing ran.
-func refuse(eng *middleware.Engine, w http.ResponseWriter, r *http.Request, procedure string, err error) {
-	status := http.StatusBadRequest
-	refusal := middleware.NewError(middleware.CodeInvalidArgument, "the request body could not be read")
-	switch t, ok := errors.AsType[errTooLarge](err); {
-	case ok:
-		status = http.StatusRequestEntityTooLarge
-		refusal = middleware.NewError(middleware.CodeInvalidArgument, t.Error())
-	case r.Context().Err() != nil:
-		status = middleware.CodeCancelled.HTTPStatus()
-		refusal = middleware.NewError(middleware.CodeCancelled, "the caller cancelled the call")
-	}
-	refusal.Cause = err
-	// An execution that never ran, so the caller still gets an execution id
-	// and the audit trail shows the refusal.
-	env, _ := eng.Refuse(r.Context(), middleware.Call{Procedure: procedure, ApprovalID: r.Header.Get(middleware.HeaderApprovalID)}, refusal)
-	env.SetHeaders(w.Header())
-	writeEnvelope(w, env, status)
-}
