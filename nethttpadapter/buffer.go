@@ -1,6 +1,7 @@
 package nethttpadapter
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -131,7 +132,7 @@ func (a *attemptWriter) seal(keep bool) {
 // outcome is what the attempt's response says: a success, a failing status
 // ([StatusError]), no response at all ([adapter.ErrNoResponse]: the engine
 // tells an implicit 200 from a handler that gave up), or an overflow.
-func (a *attemptWriter) outcome() error {
+func (a *attemptWriter) outcome(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -140,7 +141,7 @@ func (a *attemptWriter) outcome() error {
 	case a.status == 0:
 		return adapter.ErrNoResponse
 	case failed(a.status):
-		return &StatusError{Status: a.status}
+		return &StatusError{Status: a.status, afterContext: ctx.Err() != nil}
 	}
 	return nil
 }

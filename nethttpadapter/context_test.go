@@ -60,7 +60,7 @@ func TestHandlerGivingUpWithItsContextIsTheContextsOutcome(t *testing.T) {
 // The caller's own deadline is CANCELLED, written as every gRPC server
 // reports it: 504, with Agentsafe-Code CANCELLED and no body.
 func TestTheCallersDeadlineIsWrittenAs504(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
 		eng := newEngine(t, read(middleware.Capability{Timeout: time.Minute}))
 		h := nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
@@ -79,7 +79,7 @@ func TestTheCallersDeadlineIsWrittenAs504(t *testing.T) {
 // after the caller was told TIMEOUT, so capability.abandoned_result reports
 // it — while one that gives up on time without writing ends TIMEOUT.
 func TestALateHandlerThatWroteNothingSucceededLate(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
 		rec := &agentsafetest.Recorder{}
 		eng := newEngine(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second}, middleware.WithEventSink(rec))
 		h := nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
@@ -21,7 +21,7 @@ import (
 // http.ErrHandlerTimeout, as under http.TimeoutHandler, and none of them
 // reaches the client.
 func TestALateWriteFailsWithErrHandlerTimeout(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
 		eng := newEngine(t, read(middleware.Capability{Timeout: time.Second}))
 		lateErr := make(chan error, 1)
 		h := nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

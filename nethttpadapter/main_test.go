@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/agentsafetest"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // guard bounds every wait on the system under test, so a broken rule fails
 // the test instead of hanging it. Nothing waits this long when rules hold.

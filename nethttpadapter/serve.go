@@ -84,7 +84,7 @@ func (x *exchange) attempt(ctx context.Context) (*attemptWriter, error) {
 		req.Body = newBodyReader(x.body)
 	}
 	x.h.ServeHTTP(aw, req)
-	return aw, aw.outcome()
+	return aw, aw.outcome(ctx)
 }
 
 // seal ends every attempt's writer; only final keeps its body, for replay.

@@ -10,12 +10,15 @@ import (
 
 // StatusError is net/http's own error: a handler's failing status, 500 or
 // more, or 499 (the caller closed the request). The engine reads its
-// canonical code: 502 and 503 are Unavailable, transient; 504
-// (DeadlineExceeded) and 499 (Canceled) after the attempt's context ended
-// are the context's outcome; 501 is Unimplemented, the rest Internal. The
-// finalized attempt's response passes through as written.
+// canonical code: 502, 503 and 504 are Unavailable, transient — except a
+// 504 or 499 the handler answered once its context had ended, which is
+// net/http's deadline or cancel status, the context's outcome (TIMEOUT or
+// CANCELLED); 501 is Unimplemented, the rest Internal. The finalized
+// attempt's response passes through as written.
 type StatusError struct {
 	Status int
+	// afterContext: the handler answered after its context ended.
+	afterContext bool
 }
 
 func (e *StatusError) Error() string {
@@ -33,15 +36,15 @@ func status(err error) (code uint32, message string, ok bool) {
 	if !ok {
 		return 0, "", false
 	}
-	switch e.Status {
-	case 499:
+	switch {
+	case e.Status == 499:
 		code = 1 // Canceled
-	case http.StatusNotImplemented:
+	case e.Status == http.StatusGatewayTimeout && e.afterContext:
+		code = 4 // DeadlineExceeded: the handler gave up when told to
+	case e.Status == http.StatusNotImplemented:
 		code = 12 // Unimplemented
-	case http.StatusBadGateway, http.StatusServiceUnavailable:
+	case e.Status == http.StatusBadGateway || e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout:
 		code = 14 // Unavailable
-	case http.StatusGatewayTimeout:
-		code = 4 // DeadlineExceeded
 	default:
 		code = 13 // Internal
 	}

@@ -24,7 +24,7 @@ func serveStream(rt adapter.Route, h http.Handler, cfg *config, w http.ResponseW
 		h.ServeHTTP(sw, req)
 		switch {
 		case sw.held != nil:
-			return sw.held.outcome()
+			return sw.held.outcome(ctx)
 		case sw.status == 0:
 			return adapter.ErrNoResponse
 		}
