@@ -252,6 +252,39 @@ func TestInvalidArguments(t *testing.T) {
 	}
 }
 
+// TestRefusedBeforeTheEngine: a Connect error from the service's own
+// interceptors, before agentsafe's, has no envelope; its code is read back
+// through the wire table, and Unknown and Internal messages are concealed.
+func TestRefusedBeforeTheEngine(t *testing.T) {
+	f := newFixture(t, fixtureConfig{})
+	for _, tc := range []struct {
+		connect string
+		want    middleware.Code
+		message string
+	}{
+		{"resource_exhausted", middleware.CodeResourceExhausted, "refused by the service: resource_exhausted"},
+		{"invalid_argument", middleware.CodeInvalidArgument, "refused by the service: invalid_argument"},
+		{"deadline_exceeded", middleware.CodeCancelled, "refused by the service: deadline_exceeded"},
+		{"permission_denied", middleware.CodeExecutionFailed, "refused by the service: permission_denied"},
+		{"internal", middleware.CodeExecutionFailed, adapter.ConcealedMessage},
+	} {
+		t.Run(tc.connect, func(t *testing.T) {
+			b, err := mcpadapter.New(f.eng, f.mux, []string{testv1connect.TestServiceName}, bearer("refuse:"+tc.connect))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := callTool(t, connectInMemory(t, b, nil), "read", map[string]any{"id": "x"})
+			env := envelopeText(t, r)
+			if !r.IsError || env.ExecutionID != "" || env.Error == nil || env.Error.Code != tc.want || env.Error.Message != tc.message || env.Status != tc.want.Status() {
+				t.Errorf("result %v: want %s %q with no execution", text(r), tc.want, tc.message)
+			}
+		})
+	}
+	if n := len(f.svc.executions()); n != 0 {
+		t.Errorf("refused calls ran the handler %d times", n)
+	}
+}
+
 // TestCancellation: a cancelled MCP request over streamable HTTP cancels
 // the execution, which ends CANCELLED, and the handler's context ends.
 // (Over the in-memory transport this is the conformance rule "Cancel/the

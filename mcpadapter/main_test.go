@@ -116,6 +116,13 @@ func authenticate(next connect.UnaryFunc) connect.UnaryFunc {
 		if !ok || user == "" {
 			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a bearer token is required"))
 		}
+		// "refuse:<code>" is refused with that Connect code, before the
+		// engine runs.
+		if name, refuse := strings.CutPrefix(user, "refuse:"); refuse {
+			var code connect.Code
+			_ = code.UnmarshalText([]byte(name))
+			return nil, connect.NewError(code, errors.New("refused by the service: "+name))
+		}
 		return next(context.WithValue(ctx, userKey{}, user), req)
 	}
 }

@@ -46,16 +46,16 @@ func (t *tool) result(res *connect.Response[dynamicpb.Message], err error, appro
 		r.StructuredContent, r.Content = json.RawMessage(out), []mcp.Content{&mcp.TextContent{Text: string(out)}}
 	case !governed:
 		r = refusal(codeOf(err))
-	case engineDecided(ce):
+	case frameworkError(env, ce): // as Connect writes it
+		w := &recorder{header: http.Header{}}
+		_ = connect.NewErrorWriter().Write(w, &http.Request{Header: http.Header{}}, ce)
+		r.Content = []mcp.Content{&mcp.TextContent{Text: w.body.String()}}
+	default:
 		text, _ := env.MarshalJSON()
 		r.Content = []mcp.Content{&mcp.TextContent{Text: string(text)}}
 		if next := t.next(env, approvalID); next != "" {
 			r.Content = append(r.Content, &mcp.TextContent{Text: next})
 		}
-	default: // the framework's own error, as Connect writes it
-		w := &recorder{header: http.Header{}}
-		_ = connect.NewErrorWriter().Write(w, &http.Request{Header: http.Header{}}, ce)
-		r.Content = []mcp.Content{&mcp.TextContent{Text: w.body.String()}}
 	}
 	if ce != nil {
 		header = ce.Meta()
@@ -85,10 +85,12 @@ func (t *tool) response(msg *dynamicpb.Message) []byte {
 	return out
 }
 
-// engineDecided reports whether ce carries agentsafe's own error detail,
-// as only outcomes the engine decided do.
-func engineDecided(ce *connect.Error) bool {
-	return slices.ContainsFunc(ce.Details(), func(d *connect.ErrorDetail) bool { return d.Type() == detailType })
+// frameworkError reports whether a governed failure is the handler's (or
+// Connect's) own error, which passes unchanged: EXECUTION_FAILED without
+// agentsafe's detail, which every other outcome but CANCELLED carries.
+func frameworkError(env middleware.Envelope, ce *connect.Error) bool {
+	return env.Error != nil && env.Error.Code == middleware.CodeExecutionFailed &&
+		!slices.ContainsFunc(ce.Details(), func(d *connect.ErrorDetail) bool { return d.Type() == detailType })
 }
 
 var detailType = string((*agentsafev1.ErrorDetail)(nil).ProtoReflect().Descriptor().FullName())
