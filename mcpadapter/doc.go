@@ -84,8 +84,8 @@
 //   - a call refused before the engine ran (invalid arguments, the service's
 //     authentication, the caller leaving) is isError with the envelope's
 //     JSON shape and no execution id; its code is the Connect code read
-//     back through the wire table (EXECUTION_FAILED, concealed, for codes
-//     that do not name one agentsafe code).
+//     back through the wire table (EXECUTION_FAILED where no one code
+//     fits; Unknown and Internal messages concealed).
 //
 // Results of calls the engine ran carry the envelope in _meta under
 // "agentsafe/envelope" ([ReadEnvelope]) and the response headers under

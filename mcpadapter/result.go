@@ -134,7 +134,7 @@ var refusalCodes = []middleware.Code{middleware.CodeCancelled, middleware.CodeUn
 // message: DeadlineExceeded is the caller's own (no attempt ran to time
 // out), other codes EXECUTION_FAILED; Unknown and Internal messages are
 // concealed, since nothing says they were written for the caller.
-func codeOf(err error) (code middleware.Code, msg string) {
+func codeOf(err error) (middleware.Code, string) {
 	c, code, msg := connect.CodeOf(err), middleware.CodeExecutionFailed, adapter.ConcealedMessage
 	for _, rc := range refusalCodes {
 		if adapter.CodeRPC(rc) == uint32(c) || rc == middleware.CodeCancelled && c == connect.CodeDeadlineExceeded {
