@@ -52,8 +52,7 @@
 //
 // # Metrics
 //
-// Every point carries rpc.method (and rpc.system.name when set), never an
-// id or a digest:
+// Points carry rpc.method (and rpc.system.name when set), never an id or digest:
 //
 //	agentsafe.executions           counter    {execution}  by agentsafe.code
 //	agentsafe.execution.duration   histogram  s            by agentsafe.code
@@ -65,5 +64,6 @@
 // # What is never recorded
 //
 // Payloads: no input, no output, no error text, no stack, no approver's
-// comment. Only ids, the input digest, codes and counts.
+// comment; only ids, the input digest, codes and counts. The README's
+// "Observability" section shows the package in place.
 package agentsafeotel

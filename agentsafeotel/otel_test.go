@@ -14,6 +14,7 @@ import (
 	"github.com/agentsafe/agentsafe/agentsafeotel"
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -35,7 +36,7 @@ const (
 // secret is in every input: no span, event or metric may carry it.
 const secret = "4111-1111-1111-1111"
 
-var input = middleware.JSONInput([]byte(`{"order":"42","card":"` + secret + `"}`))
+var input = adapter.JSONInput([]byte(`{"order":"42","card":"` + secret + `"}`))
 
 // otelFixture is an engine instrumented into an in-memory exporter and a
 // manual metric reader.
@@ -76,6 +77,11 @@ var (
 	agent = middleware.Actor{ID: "agent-7", Tenant: "acme", Kind: "agent"}
 	boss  = middleware.Actor{ID: "manager-bob", Tenant: "acme", Kind: "user"}
 )
+
+// execute runs one governed unary call of proc, as an adapter does.
+func execute(ctx context.Context, eng *middleware.Engine, proc string, c adapter.Call[any], attempt func(context.Context) (any, error)) (any, middleware.Envelope, error) {
+	return adapter.Execute(ctx, adapter.Resolve(eng, proc), c, attempt)
+}
 
 func newOtelFixture(t *testing.T, reg *middleware.Registry, opts ...agentsafeotel.Option) *otelFixture {
 	t.Helper()
@@ -236,7 +242,7 @@ var method = attribute.String("rpc.method", "test.v1.Svc/Read")
 
 func TestSuccessSpanTree(t *testing.T) {
 	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(1, time.Second)))
-	_, env, err := f.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRead, Input: input}, func(ctx context.Context) (any, error) {
+	_, env, err := execute(as(t.Context(), agent), f.eng, procRead, adapter.Call[any]{Input: input}, func(ctx context.Context) (any, error) {
 		_, span := f.tp.Tracer("app").Start(ctx, "db.query")
 		span.End()
 		return "ok", nil
@@ -248,7 +254,7 @@ func TestSuccessSpanTree(t *testing.T) {
 	if exe.Name != "agentsafe test.v1.Svc/Read" || exe.SpanKind != trace.SpanKindInternal || exe.Status.Code != codes.Unset {
 		t.Errorf("execution span %q kind %s status %v", exe.Name, exe.SpanKind, exe.Status)
 	}
-	digest, _ := middleware.Digest(procRead, input)
+	digest, _ := input.Digest(procRead)
 	wantAttrs(t, exe, map[string]any{
 		"rpc.method": "test.v1.Svc/Read", "agentsafe.execution_id": env.ExecutionID, "agentsafe.side_effect": "read",
 		"agentsafe.risk": "low", "agentsafe.input_digest": digest, "agentsafe.actor.id": agent.ID,
@@ -286,7 +292,7 @@ func TestRetrySpanTree(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(2, time.Second)))
 		n := 0
-		_, env, err := f.eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) (any, error) {
+		_, env, err := execute(t.Context(), f.eng, procRead, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
 			if n++; n == 1 {
 				return nil, middleware.Retryable(errors.New("backend unavailable"))
 			}
@@ -323,7 +329,7 @@ func TestTimeoutSpanTree(t *testing.T) {
 		const proc = "/payments.v1.Payments/Charge"
 		f := newOtelFixture(t, middleware.NewRegistry().Register(proc, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: 50 * time.Millisecond}))
 		release := make(chan struct{})
-		_, env, err := f.eng.Execute(t.Context(), middleware.Call{Procedure: proc}, func(ctx context.Context) (any, error) {
+		_, env, err := execute(t.Context(), f.eng, proc, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
 			<-release // ignores its context: abandoned at the deadline
 			return "charged", nil
 		})
@@ -384,7 +390,7 @@ func TestApprovalFlow(t *testing.T) {
 	}), agentsafeotel.WithRPCSystem("connectrpc"))
 	runs := 0
 	call := func(approvalID string) middleware.Envelope {
-		_, env, _ := f.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRefund, Input: input, ApprovalID: approvalID}, func(context.Context) (any, error) {
+		_, env, _ := execute(as(t.Context(), agent), f.eng, procRefund, adapter.Call[any]{Input: input, ApprovalID: approvalID}, func(context.Context) (any, error) {
 			runs++
 			return nil, nil
 		})
@@ -468,7 +474,7 @@ func TestApprovalFlow(t *testing.T) {
 
 func TestStreamSpan(t *testing.T) {
 	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true}))
-	env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) error { return nil })
+	env, err := adapter.ExecuteStream(t.Context(), adapter.Resolve(f.eng, procRead), adapter.Call[struct{}]{}, func(context.Context) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +497,7 @@ func TestInstrumentationWithGlobalProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 	var recording bool
-	_, _, err = eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) (any, error) {
+	_, _, err = execute(t.Context(), eng, procRead, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
 		recording = trace.SpanFromContext(ctx).IsRecording()
 		return nil, nil
 	})

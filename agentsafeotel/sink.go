@@ -46,8 +46,7 @@ func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
 // ids or digests.
 func (i *Instrumentation) metricAttrs(e middleware.Event, extra ...attribute.KeyValue) metric.MeasurementOption {
 	attrs := make([]attribute.KeyValue, 0, len(i.system)+1+len(extra))
-	attrs = append(attrs, i.system...)
-	attrs = append(attrs, semconv.RPCMethod(rpcMethod(e.Procedure)))
+	attrs = append(append(attrs, i.system...), semconv.RPCMethod(rpcMethod(e.Procedure)))
 	attrs = append(attrs, extra...)
 	return metric.WithAttributes(attrs...)
 }

@@ -207,7 +207,7 @@ func TestExpiredCannotBeDecided(t *testing.T) {
 
 func TestRedactionOption(t *testing.T) {
 	e := newEnv(t, approvalconsole.WithRedaction(func(rec store.ApprovalRecord) string {
-		return "a " + rec.Risk.String() + "-risk refund"
+		return "a " + rec.Risk + "-risk refund"
 	}))
 	id := e.requested(agent, "42")
 	r := e.do(req{method: "GET", path: "/api/approvals/" + id, session: "s-bob"})

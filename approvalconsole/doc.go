@@ -13,7 +13,7 @@
 //	mux.Handle("/console/", http.StripPrefix("/console", console))
 //
 // Deciding executes nothing: the agent resumes its call with the approval id,
-// and the engine consumes the approval then, once.
+// and the engine consumes the approval then, once (see the README, "Approvals").
 //
 // # Routes
 //

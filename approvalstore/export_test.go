@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
@@ -22,14 +21,14 @@ func WithClockOffset(offset func() time.Duration) Option {
 func RecordKey(s *Redis, id string) string { return s.recordKey(id) }
 
 // PendingKey is the key of a requester's pending index in s.
-func PendingKey(s *Redis, audience string, a middleware.Actor) string {
+func PendingKey(s *Redis, audience string, a store.Actor) string {
 	return s.pendingKey(audience, a)
 }
 
 // SeedApproved writes n approved records for req with fresh ids, as Create
 // and Decide by approver would leave them (stamped with this process's
 // clock), in pipelines: benchmarks need many records fast.
-func SeedApproved(ctx context.Context, s *Redis, req store.ApprovalRequest, approver middleware.Actor, n int) ([]string, error) {
+func SeedApproved(ctx context.Context, s *Redis, req store.ApprovalRequest, approver store.Actor, n int) ([]string, error) {
 	ids := make([]string, n)
 	now := time.Now()
 	stamp := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }

@@ -13,6 +13,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
@@ -47,15 +48,21 @@ func newEngine(t testing.TB, store store.ApprovalStore) *middleware.Engine {
 	return eng
 }
 
-func refundInput(round, n int) middleware.Input {
-	return middleware.JSONInput(fmt.Appendf(nil, `{"order":%d,"round":%d,"amount":"120.00"}`, n, round))
+func refundInput(round, n int) adapter.Input {
+	return adapter.JSONInput(fmt.Appendf(nil, `{"order":%d,"round":%d,"amount":"120.00"}`, n, round))
+}
+
+// execute hands eng one refund call, as an adapter does.
+func execute(ctx context.Context, eng *middleware.Engine, in adapter.Input, approvalID string, attempt func(context.Context) (any, error)) (middleware.Envelope, error) {
+	_, env, err := adapter.Execute(ctx, adapter.Resolve(eng, refund), adapter.Call[any]{Input: in, ApprovalID: approvalID}, attempt)
+	return env, err
 }
 
 // requestApproved asks eng for an approval of in and has a manager approve
 // it, returning its id.
-func requestApproved(t testing.TB, ctx context.Context, eng *middleware.Engine, in middleware.Input) string {
+func requestApproved(t testing.TB, ctx context.Context, eng *middleware.Engine, in adapter.Input) string {
 	t.Helper()
-	_, env, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: in}, func(context.Context) (any, error) {
+	env, err := execute(ctx, eng, in, "", func(context.Context) (any, error) {
 		t.Error("a call without an approval must run nothing")
 		return nil, nil
 	})
@@ -131,7 +138,7 @@ func raceEngines(t *testing.T, rounds, records int, client func() redis.Universa
 				wg.Go(func() {
 					<-start
 					for n := w % stride; n < records; n += stride {
-						_, env, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: refundInput(round, n), ApprovalID: ids[n]}, l.handler)
+						env, err := execute(ctx, eng, refundInput(round, n), ids[n], l.handler)
 						switch code := middleware.CodeOf(err); {
 						case err == nil && env.Status == middleware.StatusCompleted:
 							completed.Add(1)

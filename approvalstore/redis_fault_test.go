@@ -95,7 +95,7 @@ func TestRedisEngineFailsClosedWhenRedisStops(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for j := range jobs {
-				_, env, err := engines[j.engine].Execute(ctx, middleware.Call{Procedure: refund, Input: refundInput(0, j.n), ApprovalID: ids[j.n]}, handler)
+				env, err := execute(ctx, engines[j.engine], refundInput(0, j.n), ids[j.n], handler)
 				results <- result{env.ExecutionID, middleware.CodeOf(err), err}
 			}
 		})
@@ -158,7 +158,7 @@ func TestRedisEngineFailsClosedWhenRedisStops(t *testing.T) {
 	for e, eng := range engines {
 		probe := refundInput(2, e)
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			_, _, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: probe}, handler)
+			_, err := execute(ctx, eng, probe, "", handler)
 			if middleware.CodeOf(err) != middleware.CodeApprovalUnavailable || time.Now().After(deadline) {
 				break
 			}
@@ -167,7 +167,7 @@ func TestRedisEngineFailsClosedWhenRedisStops(t *testing.T) {
 	for e, eng := range engines {
 		in := refundInput(1, e)
 		id := requestApproved(t, ctx, eng, in)
-		_, env, err := engines[1-e].Execute(ctx, middleware.Call{Procedure: refund, Input: in, ApprovalID: id}, handler)
+		env, err := execute(ctx, engines[1-e], in, id, handler)
 		if err != nil || env.Status != middleware.StatusCompleted {
 			t.Errorf("after Redis is back, engine %d must request, approve and resume again: %v", e, err)
 		}

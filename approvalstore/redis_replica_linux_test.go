@@ -89,7 +89,7 @@ func TestRedisWaitShortfallGivesTheApprovalBack(t *testing.T) {
 	id := requestApproved(t, ctx, eng, in)
 	ran := 0
 	handler := func(context.Context) (any, error) { ran++; return "refunded", nil }
-	_, _, err = eng.Execute(ctx, middleware.Call{Procedure: refund, Input: in, ApprovalID: id}, handler)
+	_, err = execute(ctx, eng, in, id, handler)
 	if code := middleware.CodeOf(err); code != middleware.CodeApprovalUnavailable || ran != 0 {
 		t.Errorf("the engine must answer APPROVAL_UNAVAILABLE and run nothing: %v, %d runs", err, ran)
 	}
@@ -98,7 +98,7 @@ func TestRedisWaitShortfallGivesTheApprovalBack(t *testing.T) {
 	}
 
 	startReplica(t, srv.Addr(), false)
-	_, env, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: in, ApprovalID: id}, handler)
+	env, err := execute(ctx, eng, in, id, handler)
 	if err != nil || env.Status != middleware.StatusCompleted || ran != 1 {
 		t.Errorf("with a replica back the same call must run on the same approval: %v, %d runs", err, ran)
 	}

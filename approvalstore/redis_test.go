@@ -71,7 +71,7 @@ func request(digest string) store.ApprovalRequest {
 	return store.ApprovalRequest{
 		ID: store.NewApprovalID(), Audience: "orders", Procedure: refund, Type: "manager", Requester: agent,
 		RequestedBy: "exe_requester", Digest: digest, View: "refund 120.00 EUR", Reasons: []string{"always"},
-		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, ExpiresIn: 15 * time.Minute,
+		SideEffect: "external", Risk: "high", ExpiresIn: 15 * time.Minute,
 	}
 }
 
@@ -81,7 +81,7 @@ func decision(approve bool, approver middleware.Actor) store.Decision {
 }
 
 // completed is the outcome of an execution that succeeded.
-var completed = store.Outcome{Status: store.ApprovalCompleted, Code: middleware.CodeOK}
+var completed = store.Outcome{Status: store.ApprovalCompleted, Code: "OK"}
 
 func consumeReq(execution, digest string) store.ConsumeRequest {
 	return store.ConsumeRequest{Audience: "orders", Procedure: refund, Type: "manager", Actor: agent, Digest: digest, ExecutionID: execution, Lease: time.Minute}
@@ -102,11 +102,17 @@ func approve(t testing.TB, ctx context.Context, s store.ApprovalStore, digest st
 	return rec
 }
 
+// sentinels are the store SPI's decision errors; every other error is a
+// store failure.
+var sentinels = []error{store.ErrApprovalNotFound, store.ErrApprovalPending, store.ErrApprovalRejected, store.ErrApprovalExpired,
+	store.ErrApprovalConsumed, store.ErrApprovalInputMismatch, store.ErrApprovalResumeMismatch, store.ErrNotPending,
+	store.ErrSelfApproval, store.ErrApproverNotAllowed, store.ErrTooManyPending}
+
 // wantUnavailable fails unless err is a store failure: not one of the
 // sentinels, so that the engine fails closed with APPROVAL_UNAVAILABLE.
 func wantUnavailable(t testing.TB, what string, err error) {
 	t.Helper()
-	if err == nil || middleware.ApprovalCode(err) != middleware.CodeApprovalUnavailable {
+	if err == nil || slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) }) {
 		t.Errorf("%s: got %v, want a store error that is no sentinel (APPROVAL_UNAVAILABLE)", what, err)
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
-	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -106,7 +105,7 @@ func consoleApprove(s *server, out io.Writer) approver {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
 		for {
-			rec, err := s.eng.Approvals().Get(ctx, id)
+			rec, err := s.eng.Get(ctx, id)
 			if err != nil {
 				return err
 			}
