@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/agentsafeotel"
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
@@ -26,7 +28,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 const (
 	procRead   = "/test.v1.Svc/Read"
@@ -289,7 +291,7 @@ func TestSuccessSpanTree(t *testing.T) {
 }
 
 func TestRetrySpanTree(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
 		f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(2, time.Second)))
 		n := 0
 		_, env, err := execute(t.Context(), f.eng, procRead, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
@@ -325,7 +327,7 @@ func TestRetrySpanTree(t *testing.T) {
 }
 
 func TestTimeoutSpanTree(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
 		const proc = "/payments.v1.Payments/Charge"
 		f := newOtelFixture(t, middleware.NewRegistry().Register(proc, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: 50 * time.Millisecond}))
 		release := make(chan struct{})

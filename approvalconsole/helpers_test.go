@@ -18,13 +18,14 @@ import (
 	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 const procRefund = "/orders.v1.Orders/Refund"
 

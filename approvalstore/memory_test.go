@@ -10,12 +10,13 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // clock is a settable clock for the memory store.
 type clock struct {

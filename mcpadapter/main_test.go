@@ -16,6 +16,7 @@ import (
 	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
@@ -24,7 +25,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // waitBound bounds every wait; reaching it fails the test instead of
 // hanging it.
