@@ -171,7 +171,7 @@ func (i *Instrumentation) instruments(m metric.Meter) error {
 // EngineOption installs the instrumentation in an engine: as its tracer and
 // as an event sink.
 func (i *Instrumentation) EngineOption() middleware.Option {
-	return middleware.WithOptions(middleware.WithTracer(i), middleware.WithEventSink(i))
+	return middleware.WithTracer(i) // it is the tracer, and as a sink it receives every event
 }
 
 // rpcMethod is the semantic conventions' rpc.method for a procedure:

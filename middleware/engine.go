@@ -21,6 +21,10 @@ type Engine struct {
 	caps  map[string]*capability
 	sinks []*sinkQueue
 	audit *sinkQueue // also in sinks
+	// traceSink is the tracer, when it also receives events (see Tracer).
+	traceSink EventSink
+	// observed: someone receives events, so they are built at all.
+	observed bool
 	// undeclared names procedures whose linked descriptor carries the
 	// capability option although the engine was built from other files:
 	// they fail closed instead of running ungoverned.
@@ -87,6 +91,8 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	if cfg.audit != nil {
 		sinks = append(sinks, *cfg.audit)
 	}
+	e.traceSink, _ = cfg.tracer.(EventSink)
+	e.observed = len(sinks) > 0 || e.traceSink != nil
 	for _, sc := range sinks {
 		q := newSinkQueue(sc.name, sc.call, sc.timeout, sc.queue, cfg.logger)
 		e.sinks = append(e.sinks, q)

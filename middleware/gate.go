@@ -288,7 +288,7 @@ func (e *Engine) Decide(ctx context.Context, id string, d store.Decision) (store
 	if err != nil {
 		return rec, err
 	}
-	if changed && len(e.sinks) > 0 {
+	if changed && e.observed {
 		ev := Event{Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: ref(rec.Requester),
 			InputDigest: e.keyedDigest(rec.Digest), ApprovalID: rec.ID, Approver: ref(d.Approver), Comment: d.Comment}
 		if c, ok := e.caps[rec.Procedure]; ok {
@@ -297,9 +297,7 @@ func (e *Engine) Decide(ctx context.Context, id string, d store.Decision) (store
 		sinkCtx := context.WithoutCancel(ctx)
 		emit := func(t EventType) {
 			ev.Type = t
-			for _, s := range e.sinks {
-				s.enqueue(queued{ctx: sinkCtx, ev: ev})
-			}
+			e.deliver(sinkCtx, ev)
 		}
 		if rec.Quorum > 1 {
 			emit(EventApprovalVote) // every vote under a quorum

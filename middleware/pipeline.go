@@ -117,7 +117,7 @@ func (e *Engine) open(ctx context.Context, proc string, call *seam.Call, c *capa
 	if f := e.cfg.actor; f != nil {
 		x.actor, x.actorErr = f(ctx)
 	}
-	if len(e.sinks) > 0 {
+	if e.observed {
 		x.emitting = make(chan struct{}, 1)
 	}
 	return x
@@ -177,7 +177,7 @@ func (x *execution) cheapChecks() *Error {
 // the input); for events alone it is just left without a digest.
 func (x *execution) bind() *Error {
 	strict := x.cap.Approval.Required || x.e.cfg.condition != nil
-	if x.call.Input == nil || x.streaming || !(strict || len(x.e.sinks) > 0 || x.e.cfg.tracer != nil) {
+	if x.call.Input == nil || x.streaming || !(strict || x.e.observed || x.e.cfg.tracer != nil) {
 		return nil
 	}
 	d, err := x.call.Input.Digest(x.proc)
@@ -196,7 +196,7 @@ func (x *execution) bind() *Error {
 // record the request: then nothing may run.
 func (x *execution) requested() *Error {
 	x.startTracing(x.streaming)
-	if len(x.e.sinks) > 0 {
+	if x.e.observed {
 		x.sinkCtx = context.WithoutCancel(x.ctx)
 	}
 	return x.unaudited(x.emit(Event{Type: EventRequested}))
@@ -593,7 +593,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	if x.consumed {
 		x.recordOutcome(code)
 	}
-	if len(x.e.sinks) > 0 {
+	if x.e.observed {
 		x.emit(x.finalEvent(env, err))
 	}
 	if x.endTrace != nil {
@@ -639,7 +639,7 @@ func (x *execution) finalEvent(env Envelope, err *Error) Event {
 // capability.started synchronously, and its error is returned: nothing may
 // run on an event that was not recorded.
 func (x *execution) emit(ev Event) error {
-	if len(x.e.sinks) == 0 {
+	if !x.e.observed {
 		return nil
 	}
 	ev.Time = x.e.cfg.now()
@@ -653,13 +653,9 @@ func (x *execution) emit(ev Event) error {
 	// the lock keeps each execution's events queued in order.
 	x.emitting <- struct{}{}
 	defer func() { <-x.emitting }()
-	var err error
-	for _, s := range x.e.sinks {
-		if s == x.e.audit && (ev.Type == EventRequested || ev.Type == EventStarted) {
-			err = s.sync(x.sinkCtx, ev)
-			continue
-		}
-		s.enqueue(queued{ctx: x.sinkCtx, ev: ev})
+	if ev.Type == EventRequested || ev.Type == EventStarted {
+		return x.e.deliverAudited(x.sinkCtx, ev)
 	}
-	return err
+	x.e.deliver(x.sinkCtx, ev)
+	return nil
 }

@@ -213,6 +213,41 @@ func (s *sinkQueue) sync(ctx context.Context, ev Event) error {
 	}
 }
 
+// deliver hands ev to the tracer's sink, synchronously (it never blocks),
+// then to every sink's queue.
+func (e *Engine) deliver(ctx context.Context, ev Event) {
+	e.traced(ctx, ev)
+	for _, s := range e.sinks {
+		s.enqueue(queued{ctx: ctx, ev: ev})
+	}
+}
+
+// deliverAudited is deliver for the events a strict audit sink records
+// synchronously; its error means the event was not recorded.
+func (e *Engine) deliverAudited(ctx context.Context, ev Event) error {
+	e.traced(ctx, ev)
+	var err error
+	for _, s := range e.sinks {
+		if s == e.audit {
+			err = s.sync(ctx, ev)
+			continue
+		}
+		s.enqueue(queued{ctx: ctx, ev: ev})
+	}
+	return err
+}
+
+// traced hands ev to a tracer that is also a sink, on the execution's
+// goroutine, in the execution's (traced) context: its contract is to be
+// fast and never block.
+func (e *Engine) traced(ctx context.Context, ev Event) {
+	if e.traceSink == nil {
+		return
+	}
+	defer func() { _ = recover() }() // a panicking tracer loses the event, nothing more
+	e.traceSink.HandleEvent(ctx, ev)
+}
+
 // Stats reports what the engine's event sinks delivered and dropped so far.
 type Stats struct {
 	Sinks []SinkStats

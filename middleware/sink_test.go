@@ -150,10 +150,14 @@ func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return 
 type auditSink struct {
 	failOn  middleware.EventType
 	stallOn middleware.EventType
+	fail    atomic.Pointer[middleware.EventType] // set while running, over failOn
 	rec     agentsafetest.Recorder
 }
 
 func (a *auditSink) Record(ctx context.Context, e middleware.Event) error {
+	if f := a.fail.Load(); f != nil && *f == e.Type {
+		return errors.New("audit database: connection refused")
+	}
 	switch e.Type {
 	case a.failOn:
 		return errors.New("audit database: connection refused")
@@ -198,14 +202,15 @@ func TestStrictAuditFailsClosed(t *testing.T) {
 			g := newGated(t, plainWriteGate, middleware.WithAuditSink(audit))
 			id := g.requested(refund)
 			g.approve(id)
-			audit.failOn = middleware.EventStarted
+			started := middleware.EventStarted
+			audit.fail.Store(&started)
 			env, err, _ := g.call(agent, refund, id)
 			wantCode(t, env, err, middleware.CodeAuditUnavailable)
 			synctest.Wait()
 			if rec, _ := g.store.Get(t.Context(), id); rec.Status != store.ApprovalApproved || g.runs.Load() != 0 {
 				t.Fatalf("record %s after %d runs: nothing ran, so the approval must be approved again", rec.Status, g.runs.Load())
 			}
-			audit.failOn = ""
+			audit.fail.Store(nil)
 			env, err, _ = g.call(agent, refund, id)
 			wantCode(t, env, err, middleware.CodeOK)
 		})

@@ -23,6 +23,10 @@ import "context"
 // called. They run synchronously on the execution's goroutine, so they must
 // be fast and must not panic.
 //
+// A Tracer that also implements [EventSink] receives every event, on the
+// execution's goroutine, in the execution's (traced) context, before the
+// event sinks' queues do: a span can carry the events of its execution.
+//
 // The end functions are called exactly once each, on the execution's
 // goroutine: an attempt's when the engine has its outcome, which for an
 // attempt abandoned at its deadline is TIMEOUT (or CANCELLED) while the
@@ -68,19 +72,6 @@ type AttemptOutcome struct {
 // allocates anything for tracing.
 func WithTracer(t Tracer) Option {
 	return optionFunc(func(c *config) { c.tracer = t })
-}
-
-// WithOptions bundles several options into one, applied in order; nil
-// entries are ignored. Integrations use it to install a tracer and a sink
-// with one option.
-func WithOptions(opts ...Option) Option {
-	return optionFunc(func(c *config) {
-		for _, o := range opts {
-			if o != nil {
-				o.apply(c)
-			}
-		}
-	})
 }
 
 // startTracing opens the execution's tracing context, when a tracer is set.

@@ -10,7 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -265,13 +264,37 @@ func TestTracerMayReturnNothing(t *testing.T) {
 	}
 }
 
-func TestWithOptionsAndWithTracerNil(t *testing.T) {
-	tr := &recordingTracer{}
-	rec := &agentsafetest.Recorder{}
-	f := newFixture(t, procRead, read(0, time.Second), middleware.WithOptions(nil, middleware.WithTracer(tr), middleware.WithEventSink(rec)))
+// sinkingTracer is a tracer that is also an event sink.
+type sinkingTracer struct {
+	recordingTracer
+	events []middleware.EventType
+	scopes []string
+}
+
+func (s *sinkingTracer) HandleEvent(ctx context.Context, e middleware.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, e.Type)
+	s.scopes = append(s.scopes, scopeOf(ctx))
+}
+
+// A tracer that is also a sink receives every event on the execution's
+// goroutine, in the execution's traced context: by the time Execute
+// returns, the span has its events. WithTracer(nil) removes a tracer.
+func TestATracerThatIsASinkReceivesEveryEventSynchronously(t *testing.T) {
+	tr := &sinkingTracer{}
+	f := newFixture(t, procRead, read(0, time.Second), middleware.WithTracer(tr))
 	_, env, _ := f.run(t.Context(), procRead, noop)
-	if evs, _ := rec.WaitFinal(t.Context(), env.ExecutionID); len(tr.calls()) != 4 || len(evs) != 3 {
-		t.Errorf("WithOptions did not install both: tracer calls %q, events %d", tr.calls(), len(evs))
+	tr.mu.Lock()
+	events, scopes := slices.Clone(tr.events), slices.Clone(tr.scopes)
+	tr.mu.Unlock()
+	if !slices.Equal(events, []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted}) {
+		t.Errorf("the tracer's sink had %v when Execute returned, want the whole trail", events)
+	}
+	for i, sc := range scopes {
+		if sc != env.ExecutionID {
+			t.Errorf("event %s delivered in scope %q, want the execution's traced context", events[i], sc)
+		}
 	}
 
 	off := &recordingTracer{}
