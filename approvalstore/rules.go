@@ -35,7 +35,7 @@ func status(r *store.ApprovalRecord, now time.Time) store.ApprovalStatus {
 // the record: it succeeds without a write.
 var errAlreadyMine = errors.New("consumed by this execution already")
 
-// consumable applies Consume's checks in the order of SPEC §7: exists, same
+// consumable applies Consume's checks in the order of the store contract (middleware/store): exists, same
 // audience and whole actor (else not found: nothing is revealed), approved,
 // unexpired, unconsumed, same procedure, approval type and quorum, same
 // digest.

@@ -38,6 +38,23 @@ const (
 // never reach a client.
 const secret = "db-password-hunter2"
 
+// failingAudit is a strict audit sink that cannot record anything.
+type failingAudit struct{}
+
+func (failingAudit) Record(context.Context, middleware.Event) error {
+	return errors.New("conformance: the audit database is down")
+}
+
+// slowAudit records capability.started three attempt timeouts late.
+type slowAudit struct{}
+
+func (slowAudit) Record(_ context.Context, e middleware.Event) error {
+	if e.Type == middleware.EventStarted {
+		time.Sleep(3 * slowTimeout)
+	}
+	return nil
+}
+
 // relayedExecution is the execution id ModeRelay's handler copies from a
 // pretend downstream response.
 const relayedExecution = "exe_00000000000000000000000000000001"
@@ -77,7 +94,7 @@ func RunAdapter(t *testing.T, h Harness) {
 		t.Run(r.name, func(t *testing.T) {
 			noStreams := false
 			rule := func(t *testing.T) {
-				s := newSuite(t, h)
+				s := newSuite(t, h, r.engine...)
 				if r.stream && s.streams == nil {
 					noStreams = true
 					return
@@ -118,19 +135,19 @@ type suite struct {
 	ids      atomic.Int64
 }
 
-func newSuite(t *testing.T, h Harness) *suite {
+func newSuite(t *testing.T, h Harness, opts ...middleware.Option) *suite {
 	reg := middleware.NewRegistry()
 	for f, c := range capabilities() {
 		reg.Register(h.Procedure(f), c)
 	}
 	rec := &agentsafetest.Recorder{}
-	eng, err := middleware.New(reg,
+	eng, err := middleware.New(reg, append([]middleware.Option{
 		middleware.WithEventSink(rec),
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return suiteAgent, nil }),
 		middleware.WithProtoFiles(nil), // the suite's capabilities, exactly
 		middleware.WithLogger(slog.New(slog.DiscardHandler)),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatalf("conformance: building the engine: %v", err)
 	}
@@ -332,6 +349,8 @@ type adapterRule struct {
 	name   string
 	stream bool
 	check  func(s *suite)
+	// engine is what the rule's engine needs beyond the suite's own.
+	engine []middleware.Option
 }
 
 var adapterRules = []adapterRule{
@@ -625,6 +644,23 @@ var adapterRules = []adapterRule{
 				s.Errorf("%s: %s on the wire = %q, want %q", rule, h, got, want)
 			}
 		}
+	}},
+	{name: "Audit/a strict audit sink that cannot record the request refuses the call", engine: []middleware.Option{middleware.WithAuditSink(failingAudit{})}, check: func(s *suite) {
+		const rule = "no record, no effect: AUDIT_UNAVAILABLE, nothing runs, safe to re-invoke"
+		req := s.request(ModeOK)
+		r := s.call(FixtureWrite, req, "")
+		s.expect(rule, r, middleware.CodeAuditUnavailable)
+		s.wantRuns(rule, req.ID, 0)
+		if !r.Envelope.Error.Retryable {
+			s.Errorf("%s: nothing ran, so re-invoking is safe: envelope %+v", rule, r.Envelope.Error)
+		}
+	}},
+	{name: "Audit/a strict audit sink slower than its bound refuses the call", engine: []middleware.Option{middleware.WithAuditSink(slowAudit{}, slowTimeout)}, check: func(s *suite) {
+		const rule = "an audit record that does not arrive in time is a failure: nothing runs"
+		req := s.request(ModeOK)
+		r := s.call(FixtureWrite, req, "")
+		s.expect(rule, r, middleware.CodeAuditUnavailable)
+		s.wantRuns(rule, req.ID, 0)
 	}},
 	{name: "Stream/a stream carries ids and ends in one envelope", stream: true, check: func(s *suite) {
 		const rule = "a governed stream has ids and one envelope"

@@ -73,7 +73,7 @@ type Capability struct {
 	// is required before a write-like capability may be retried.
 	Idempotent bool
 	// Timeout is the deadline of ONE attempt. Zero means the engine default
-	// (30s unless [WithDefaultTimeout] says otherwise); negative is invalid.
+	// (30s unless [WithDefaults] says otherwise); negative is invalid.
 	Timeout time.Duration
 	// Retry configures runtime retries. The zero value never retries.
 	Retry Retry

@@ -85,11 +85,13 @@ type ActorRef struct {
 	Tenant string
 }
 
-// EventSink receives events. The engine calls it synchronously, in order
-// within one execution, and concurrently across executions; a sink that
-// panics, or that has not returned within the engine's bound, never breaks or
-// stalls the execution (see [WithSinkTimeout]). Slow sinks belong behind
-// [NewAsyncSink].
+// EventSink receives events. Each sink gets them through a bounded queue
+// and a worker of its own ([WithEventSink]): in order within one
+// execution, and never at the cost of the execution or of another sink. A
+// sink that panics, or whose call overruns its bound ([SinkTimeout]),
+// loses events, which are counted ([Engine.Stats]); it never breaks or
+// stalls an execution. [NewSlogSink] logs them; package agentsafeotel
+// traces them.
 type EventSink interface {
 	HandleEvent(ctx context.Context, e Event)
 }

@@ -50,7 +50,7 @@ type ExecutionInfo struct {
 	InputDigest string
 	SideEffect  SideEffect
 	Risk        Risk
-	// Streaming is true for [Engine.ExecuteStream].
+	// Streaming is true for a streaming call (adapter.ExecuteStream).
 	Streaming bool
 }
 

@@ -45,7 +45,7 @@ func JSON(procedure string, body []byte) (string, error) {
 }
 
 // Keyed returns the form of digest that events carry when a deployment key is
-// configured (SPEC §8): "hmac-sha256:" and the lowercase hex HMAC-SHA256,
+// configured: "hmac-sha256:" and the lowercase hex HMAC-SHA256,
 // under key, of two string fields laid out as in the digest pre-image:
 // "agentsafe.v1.event-digest" and digest. A small input cannot be guessed
 // back from it without the key. With an empty key, or an empty digest (nothing was bound), it

@@ -1,5 +1,5 @@
 // Package digest computes the canonical input digest that binds an approval
-// to the exact input it was granted for (SPEC §7). Every adapter computes its
+// to the exact input it was granted for. Every adapter computes its
 // digests here, so one input yields the same bytes whichever framework carried
 // it, on every process and every version.
 //
@@ -13,7 +13,7 @@
 //		Body: body,
 //	})
 //	if errors.Is(err, digest.ErrUnbindable) { /* INVALID_ARGUMENT */ }
-//	onEvent := digest.Keyed(deploymentKey, d)              // what events carry (SPEC §8)
+//	onEvent := digest.Keyed(deploymentKey, d)              // what events carry
 //
 // # Pre-image
 //
@@ -59,7 +59,7 @@
 // sorted in place and their values read again where they are. Checking and
 // digesting JSON take time linear in the input (sorting names aside) and
 // allocate at most twice the input and 64 KiB, whatever the document's
-// shape (SPEC §7). A differential fuzz test holds the output to jcs byte
+// shape. A differential fuzz test holds the output to jcs byte
 // for byte.
 //
 // # Refusals
