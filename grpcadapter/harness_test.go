@@ -37,7 +37,7 @@ type harness struct{}
 func (harness) Procedure(f conformance.Fixture) string { return fixture.Procedure(f) }
 
 func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
-	conn := serve(t, eng, &service{handle: handle, stream: stream})
+	conn := serve(t, eng, newService(handle, stream))
 	return client{testv1.NewTestServiceClient(conn)}
 }
 
@@ -68,39 +68,25 @@ func serveWith(t *testing.T, srvOpts []grpc.ServerOption, svc testv1.TestService
 	return conn
 }
 
+// service is the shared test service, plus the stream fixture.
 type service struct {
-	testv1.UnimplementedTestServiceServer
-	handle conformance.Handler
+	*fixture.Service
+	unimplemented
 	stream conformance.StreamHandler
 }
 
-func fromProto(r *testv1.Request) conformance.Request {
-	return fixture.Request(r)
-}
+// unimplemented sits one level deeper than the shared service, so that its
+// methods win.
+type unimplemented struct{ testv1.UnimplementedTestServiceServer }
 
-func toProto(r conformance.Response) *testv1.Response {
-	return fixture.ProtoResponse(r)
-}
-
-func (s *service) serve(ctx context.Context, f conformance.Fixture, req *testv1.Request) (*testv1.Response, error) {
-	resp, err := s.handle(ctx, f, fromProto(req), func(k, v string) { grpc.SetHeader(ctx, metadata.Pairs(k, v)) })
-	if req.GetMode() == string(conformance.ModeMutate) {
-		req.Id = conformance.MutatedID // a careless handler changes its input, in place
-	}
-	if err != nil {
-		return nil, grpcError(err)
-	}
-	return toProto(resp), nil
+func newService(handle conformance.Handler, stream conformance.StreamHandler) *service {
+	return &service{Service: &fixture.Service{Handle: handle, Error: grpcError,
+		SetHeader: func(ctx context.Context, k, v string) { grpc.SetHeader(ctx, metadata.Pairs(k, v)) }}, stream: stream}
 }
 
 // grpcError turns the suite's *conformance.Status into gRPC's own error, its
-// detail as a google.protobuf.StringValue; other errors are returned as
-// they are.
-func grpcError(err error) error {
-	st, ok := errors.AsType[*conformance.Status](err)
-	if !ok {
-		return err
-	}
+// detail as a google.protobuf.StringValue.
+func grpcError(st *conformance.Status) error {
 	s := status.New(codes.Code(st.Code), st.Message)
 	if st.Detail != "" {
 		s, _ = s.WithDetails(wrapperspb.String(st.Detail))
@@ -108,24 +94,13 @@ func grpcError(err error) error {
 	return s.Err()
 }
 
-func (s *service) Read(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureRead, r)
-}
-func (s *service) Write(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureWrite, r)
-}
-func (s *service) IdempotentWrite(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureIdempotentWrite, r)
-}
-func (s *service) Slow(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureSlow, r)
-}
-func (s *service) Gated(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureGated, r)
-}
 func (s *service) Stream(r *testv1.Request, ss grpc.ServerStreamingServer[testv1.Response]) error {
-	return grpcError(s.stream(ss.Context(), fromProto(r), func(k, v string) { ss.SetHeader(metadata.Pairs(k, v)) },
-		func(resp conformance.Response) error { return ss.Send(toProto(resp)) }))
+	err := s.stream(ss.Context(), fixture.Request(r), func(k, v string) { ss.SetHeader(metadata.Pairs(k, v)) },
+		func(resp conformance.Response) error { return ss.Send(fixture.ProtoResponse(resp)) })
+	if st, ok := errors.AsType[*conformance.Status](err); ok {
+		return grpcError(st)
+	}
+	return err
 }
 
 type client struct{ c testv1.TestServiceClient }

@@ -48,7 +48,7 @@ func (c conformanceHarness) InProcess() bool { return c.inProcess }
 
 func (c conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, _ conformance.StreamHandler) conformance.Client {
 	srv := twirpadapter.Wrap(eng, func(opts ...any) testv1.TwirpServer {
-		return testv1.NewTestServiceServer(&fixtureService{handle: handle}, opts...)
+		return testv1.NewTestServiceServer(newFixtureService(handle), opts...)
 	})
 	var rt http.RoundTripper = serveInProcess{srv}
 	url := "http://in-process"
@@ -82,51 +82,28 @@ var suiteCodes = map[uint32]twirp.ErrorCode{
 	conformance.StatusUnavailable:      twirp.Unavailable,
 }
 
+// twirpError turns the suite's status into a twirp.Error, its detail as
+// meta.
+func twirpError(st *conformance.Status) error {
+	twerr := twirp.NewError(suiteCodes[st.Code], st.Message)
+	if st.Detail != "" {
+		twerr = twerr.WithMeta("detail", st.Detail)
+	}
+	return twerr
+}
+
+// fixtureService is the shared test service; Ungoverned and Stream are
+// not fixtures (the nil interface one level deeper has them).
 type fixtureService struct {
-	testv1.TestService // Ungoverned and Stream are not fixtures
-	handle             conformance.Handler
+	*fixture.Service
+	notFixtures
 }
 
-// serve runs the suite's handler as a Twirp handler would: its *Status
-// becomes a twirp.Error with the detail as meta, and in ModeMutate it
-// changes its request afterwards.
-func (s *fixtureService) serve(ctx context.Context, f conformance.Fixture, in *testv1.Request) (*testv1.Response, error) {
-	req := fixture.Request(in)
-	resp, err := s.handle(ctx, f, req, func(k, v string) { _ = twirp.SetHTTPResponseHeader(ctx, k, v) })
-	if req.Mode == conformance.ModeMutate {
-		in.Id = conformance.MutatedID
-	}
-	if st, ok := errors.AsType[*conformance.Status](err); ok {
-		twerr := twirp.NewError(suiteCodes[st.Code], st.Message)
-		if st.Detail != "" {
-			twerr = twerr.WithMeta("detail", st.Detail)
-		}
-		return nil, twerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	return fixture.ProtoResponse(resp), nil
-}
+type notFixtures struct{ testv1.TestService }
 
-func (s *fixtureService) Read(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureRead, in)
-}
-
-func (s *fixtureService) Write(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureWrite, in)
-}
-
-func (s *fixtureService) IdempotentWrite(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureIdempotentWrite, in)
-}
-
-func (s *fixtureService) Slow(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureSlow, in)
-}
-
-func (s *fixtureService) Gated(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureGated, in)
+func newFixtureService(handle conformance.Handler) fixtureService {
+	return fixtureService{Service: &fixture.Service{Handle: handle, Error: twirpError,
+		SetHeader: func(ctx context.Context, k, v string) { _ = twirp.SetHTTPResponseHeader(ctx, k, v) }}}
 }
 
 type conformanceClient struct{ c testv1.TestService }
