@@ -25,8 +25,13 @@ type Memory struct {
 var _ store.ApprovalStore = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
-func NewMemory(opts ...Option) *Memory {
-	cfg := newConfig(opts)
+func NewMemory(opts ...MemoryOption) *Memory {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyMemory(&cfg)
+		}
+	}
 	return &Memory{cfg: cfg, records: make(map[string]*store.ApprovalRecord)}
 }
 

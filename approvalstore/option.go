@@ -13,12 +13,33 @@ const (
 	defaultRetention  = 24 * time.Hour
 )
 
-// Option configures a store.
-type Option interface{ apply(*config) }
+// Option configures either store: it is a [MemoryOption] and a
+// [RedisOption]. Options that only one store understands have that
+// store's type, so that passing a Redis option to NewMemory, say, does not
+// compile instead of being ignored.
+type Option interface {
+	MemoryOption
+	RedisOption
+}
+
+// MemoryOption configures [NewMemory].
+type MemoryOption interface{ applyMemory(*config) }
+
+// RedisOption configures [NewRedis].
+type RedisOption interface{ applyRedis(*config) }
 
 type optionFunc func(*config)
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (f optionFunc) applyMemory(c *config) { f(c) }
+func (f optionFunc) applyRedis(c *config)  { f(c) }
+
+type memoryOption func(*config)
+
+func (f memoryOption) applyMemory(c *config) { f(c) }
+
+type redisOption func(*config)
+
+func (f redisOption) applyRedis(c *config) { f(c) }
 
 type config struct {
 	now        func() time.Time
@@ -33,14 +54,8 @@ type config struct {
 	clockOffset func() time.Duration
 }
 
-func newConfig(opts []Option) config {
-	c := config{now: time.Now, maxPending: defaultMaxPending, retention: defaultRetention, prefix: "agentsafe:apr", waitTimeout: time.Second}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
-	return c
+func defaultConfig() config {
+	return config{now: time.Now, maxPending: defaultMaxPending, retention: defaultRetention, prefix: "agentsafe:apr", waitTimeout: time.Second}
 }
 
 // checkApprover applies the approver rule and the application's policy.
@@ -56,8 +71,8 @@ func (c config) checkApprover(ctx context.Context, rec store.ApprovalRecord, app
 
 // WithClock sets the memory store's clock (default time.Now), for tests
 // that move time. The Redis store always decides expiry with Redis TIME.
-func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) {
+func WithClock(now func() time.Time) MemoryOption {
+	return memoryOption(func(c *config) {
 		if now != nil {
 			c.now = now
 		}
@@ -104,9 +119,9 @@ func WithRetention(d time.Duration) Option {
 // WithKeyPrefix sets the prefix of the Redis store's keys; the default is
 // "agentsafe:apr". Stores that share a Redis but not their approvals (two
 // applications, or tests) use different prefixes. It must not contain
-// braces: every key is a hash tag of its own. The memory store ignores it.
-func WithKeyPrefix(prefix string) Option {
-	return optionFunc(func(c *config) { c.prefix = prefix })
+// braces: every key is a hash tag of its own.
+func WithKeyPrefix(prefix string) RedisOption {
+	return redisOption(func(c *config) { c.prefix = prefix })
 }
 
 // WithWait makes the Redis store wait, after each consumption, until at
@@ -121,10 +136,9 @@ func WithKeyPrefix(prefix string) Option {
 // default the store does not wait (replicas 0), and a failover can lose a
 // consumption that had not reached the new primary. timeout must be below
 // the client's ReadTimeout (NewRedis checks); zero or less means one
-// second. Only *redis.Client and *redis.ClusterClient support it. The
-// memory store ignores it.
-func WithWait(replicas int, timeout time.Duration) Option {
-	return optionFunc(func(c *config) {
+// second. Only *redis.Client and *redis.ClusterClient support it.
+func WithWait(replicas int, timeout time.Duration) RedisOption {
+	return redisOption(func(c *config) {
 		c.waitN = replicas
 		if timeout > 0 {
 			c.waitTimeout = timeout

@@ -50,11 +50,16 @@ const loadTimeout = 5 * time.Second
 // Redis cannot be reached; afterwards a script missing from Redis's cache
 // (a restart, SCRIPT FLUSH, a failover) is sent again by itself. The store
 // never closes client.
-func NewRedis(client redis.UniversalClient, opts ...Option) (*Redis, error) {
+func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("approvalstore: NewRedis needs a Redis client")
 	}
-	cfg := newConfig(opts)
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyRedis(&cfg)
+		}
+	}
 	if cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}") {
 		return nil, fmt.Errorf("approvalstore: key prefix %q must be non-empty and free of braces (they would change the keys' hash tags)", cfg.prefix)
 	}

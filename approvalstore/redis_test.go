@@ -32,9 +32,9 @@ var prefixes atomic.Int64
 
 func newPrefix() string { return fmt.Sprintf("test%d:apr", prefixes.Add(1)) }
 
-func openRedis(t testing.TB, rdb redis.UniversalClient, opts ...approvalstore.Option) *approvalstore.Redis {
+func openRedis(t testing.TB, rdb redis.UniversalClient, opts ...approvalstore.RedisOption) *approvalstore.Redis {
 	t.Helper()
-	s, err := approvalstore.NewRedis(rdb, append([]approvalstore.Option{approvalstore.WithKeyPrefix(newPrefix())}, opts...)...)
+	s, err := approvalstore.NewRedis(rdb, append([]approvalstore.RedisOption{approvalstore.WithKeyPrefix(newPrefix())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestNewRedisRefusesWhatCannotWork(t *testing.T) {
 	t.Cleanup(func() { _ = down.Close() })
 	for name, tc := range map[string]struct {
 		client redis.UniversalClient
-		opts   []approvalstore.Option
+		opts   []approvalstore.RedisOption
 	}{
 		"no client":                      {nil, nil},
-		"an empty prefix":                {rdb, []approvalstore.Option{approvalstore.WithKeyPrefix("")}},
-		"braces in the prefix":           {rdb, []approvalstore.Option{approvalstore.WithKeyPrefix("a{b}")}},
-		"WAIT on a Ring":                 {ring, []approvalstore.Option{approvalstore.WithWait(1, 10*time.Millisecond)}},
-		"WAIT without a replica":         {rdb, []approvalstore.Option{approvalstore.WithWait(1, 10*time.Millisecond)}},
-		"WAIT longer than a read may be": {slow, []approvalstore.Option{approvalstore.WithWait(1, time.Second)}},
+		"an empty prefix":                {rdb, []approvalstore.RedisOption{approvalstore.WithKeyPrefix("")}},
+		"braces in the prefix":           {rdb, []approvalstore.RedisOption{approvalstore.WithKeyPrefix("a{b}")}},
+		"WAIT on a Ring":                 {ring, []approvalstore.RedisOption{approvalstore.WithWait(1, 10*time.Millisecond)}},
+		"WAIT without a replica":         {rdb, []approvalstore.RedisOption{approvalstore.WithWait(1, 10*time.Millisecond)}},
+		"WAIT longer than a read may be": {slow, []approvalstore.RedisOption{approvalstore.WithWait(1, time.Second)}},
 		"Redis unreachable":              {down, nil},
 	} {
 		if _, err := approvalstore.NewRedis(tc.client, tc.opts...); err == nil {
