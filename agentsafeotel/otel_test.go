@@ -20,6 +20,7 @@ import (
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -506,4 +507,99 @@ func TestInstrumentationWithGlobalProviders(t *testing.T) {
 	if err != nil || recording {
 		t.Errorf("with the global no-op provider: err %v, recording %t", err, recording)
 	}
+}
+
+// A net/http route is named in HTTP's semantic conventions, not RPC's:
+// http.route and http.request.method, on the span and the metric points.
+func TestNetHTTPRoutesGetHTTPAttributes(t *testing.T) {
+	const route = "POST /refunds/{id}"
+	f := newOtelFixture(t, middleware.NewRegistry().Register(route, readCap(0, time.Second)))
+	_, env, err := execute(as(t.Context(), agent), f.eng, route, adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := f.execution(env.ExecutionID)
+	wantAttrs(t, exe, map[string]any{"http.route": "/refunds/{id}", "http.request.method": "POST", "rpc.method": nil})
+	if n := sum(t, f.metrics(), "agentsafe.executions", semconv.HTTPRoute("/refunds/{id}"), semconv.HTTPRequestMethodKey.String("POST"),
+		attribute.String("agentsafe.code", "OK")); n != 1 {
+		t.Errorf("agentsafe.executions for the route = %d, want 1", n)
+	}
+}
+
+// The duration histogram has boundaries for RPC latencies, from a
+// millisecond up: not one bucket for everything under five seconds.
+func TestExecutionDurationHasRPCLatencyBuckets(t *testing.T) {
+	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(0, time.Second)))
+	execute(as(t.Context(), agent), f.eng, procRead, adapter.Call[any]{Input: input}, func(context.Context) (any, error) { return nil, nil })
+	h, ok := f.metrics()["agentsafe.execution.duration"].(metricdata.Histogram[float64])
+	if !ok || len(h.DataPoints) == 0 {
+		t.Fatalf("no agentsafe.execution.duration points")
+	}
+	bounds := h.DataPoints[0].Bounds
+	if len(bounds) < 10 || bounds[0] > 0.001 || !slices.Contains(bounds, 0.1) {
+		t.Errorf("duration bounds %v: want RPC latency buckets from 1ms", bounds)
+	}
+}
+
+// WithFilter leaves executions out of spans and metrics, and the
+// instrumentation scope carries the version.
+func TestFilterAndScopeVersion(t *testing.T) {
+	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(0, time.Second)).Register("/test.v1.Svc/Write", middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+		agentsafeotel.WithFilter(func(x middleware.ExecutionInfo) bool { return x.Procedure != procRead }))
+	execute(as(t.Context(), agent), f.eng, procRead, adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+	_, env, _ := execute(as(t.Context(), agent), f.eng, "/test.v1.Svc/Write", adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+	for _, s := range f.spans.GetSpans() {
+		if attrs(s)["rpc.method"].AsString() == strings.TrimPrefix(procRead, "/") {
+			t.Errorf("a filtered execution has span %q", s.Name)
+		}
+		if s.InstrumentationScope.Name == agentsafeotel.ScopeName && s.InstrumentationScope.Version != agentsafeotel.Version {
+			t.Errorf("span %q scope version %q, want %q", s.Name, s.InstrumentationScope.Version, agentsafeotel.Version)
+		}
+	}
+	f.execution(env.ExecutionID) // the other one is reported
+	if n := sum(t, f.metrics(), "agentsafe.executions", semconv.RPCMethod(strings.TrimPrefix(procRead, "/")), attribute.String("agentsafe.code", "OK")); n != 0 {
+		t.Errorf("a filtered execution counted in agentsafe.executions: %d", n)
+	}
+}
+
+// ObserveEngine reports the events an engine's sinks dropped.
+func TestDroppedEventsAreAMetric(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		inst, err := agentsafeotel.New(agentsafeotel.WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := make(chan struct{})
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, readCap(0, time.Second)), inst.EngineOption(), middleware.WithProtoFiles(nil),
+			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { <-block }), middleware.SinkTimeout(10*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inst.ObserveEngine(eng); err != nil {
+			t.Fatal(err)
+		}
+		execute(t.Context(), eng, procRead, adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+		time.Sleep(time.Second)
+		close(block)
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		var dropped int64
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "agentsafe.events.dropped" {
+					for _, p := range s.DataPoints {
+						dropped += p.Value
+					}
+				}
+			}
+		}
+		if dropped != 2 {
+			t.Errorf("agentsafe.events.dropped = %d, want the stalled execution's 2 later events", dropped)
+		}
+		_ = mp.Shutdown(context.Background())
+	})
 }
