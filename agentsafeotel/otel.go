@@ -243,7 +243,9 @@ func spanName(procedure string) string {
 // filteredKey marks the context of an execution WithFilter left out.
 type filteredKey struct{}
 
-func (i *Instrumentation) keep(x middleware.ExecutionInfo) bool { return i.filter == nil || i.filter(x) }
+func (i *Instrumentation) keep(x middleware.ExecutionInfo) bool {
+	return i.filter == nil || i.filter(x)
+}
 
 type executionKey struct{}
 
