@@ -77,7 +77,9 @@ type service struct {
 
 // unimplemented sits one level deeper than the shared service, so that its
 // methods win.
-type unimplemented struct{ testv1.UnimplementedTestServiceServer }
+type unimplemented struct {
+	testv1.UnimplementedTestServiceServer
+}
 
 func newService(handle conformance.Handler, stream conformance.StreamHandler) *service {
 	return &service{Service: &fixture.Service{Handle: handle, Error: grpcError,
