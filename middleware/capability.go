@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -59,6 +60,30 @@ func (r Risk) String() string {
 
 func (r Risk) valid() bool { return r <= RiskCritical }
 
+// Surface is where a call reaches a capability.
+type Surface uint8
+
+// The surfaces. A capability's Exposure lists those it is served on.
+const (
+	// SurfaceRPC: Connect, gRPC, gRPC-Web and Twirp.
+	SurfaceRPC Surface = iota + 1
+	// SurfaceHTTP: a net/http route.
+	SurfaceHTTP
+	// SurfaceMCP: a tool of an MCP bridge; never exposed unless listed.
+	SurfaceMCP
+)
+
+var surfaceNames = [...]string{"", "rpc", "http", "mcp"}
+
+func (s Surface) String() string {
+	if int(s) < len(surfaceNames) && s > 0 {
+		return surfaceNames[s]
+	}
+	return fmt.Sprintf("Surface(%d)", uint8(s))
+}
+
+func (s Surface) valid() bool { return s >= SurfaceRPC && s <= SurfaceMCP }
+
 // Capability is the safety metadata of one procedure. Zero values mean the
 // defaults listed on each field.
 type Capability struct {
@@ -82,9 +107,28 @@ type Capability struct {
 	// ToolName overrides the name under which the procedure is listed as a
 	// tool (MCP). Empty means one derived from the procedure.
 	ToolName string
-	// Streaming marks a streaming procedure. Adapters set it from the
-	// method descriptor; it forbids Approval.Required.
+	// Streaming marks a streaming procedure. The engine sets it from the
+	// method descriptor it knows; a net/http route in stream mode sets it
+	// in its registry entry. It forbids Approval.Required.
 	Streaming bool
+	// Exposure lists the surfaces the capability is served on. Empty means
+	// rpc and http; MCP is opt-in. A call on a surface not listed is
+	// answered as if the procedure had no handler.
+	Exposure []Surface
+	// Dedup is the replay window for repeats without a caller
+	// Idempotency-Key: a repeat of the same call (actor, procedure, input)
+	// within the window after completion replays the stored result. Zero,
+	// the default, turns it off; negative is invalid. It needs a result
+	// store.
+	Dedup time.Duration
+}
+
+// Exposed reports whether the capability is served on s.
+func (c Capability) Exposed(s Surface) bool {
+	if len(c.Exposure) == 0 {
+		return s == SurfaceRPC || s == SurfaceHTTP
+	}
+	return slices.Contains(c.Exposure, s)
 }
 
 // Retry configures runtime retries of one capability.

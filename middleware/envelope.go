@@ -44,6 +44,15 @@ type Envelope struct {
 	Attempts   int
 	Duration   time.Duration
 	ApprovalID string
+	// ApprovalURL and ExpiresAt tell the caller of an APPROVAL_REQUIRED or
+	// APPROVAL_PENDING call where a person can decide the approval, and
+	// until when (see WithApprovalURL); empty when unknown.
+	ApprovalURL string
+	ExpiresAt   time.Time
+	// Replayed marks the stored result of an earlier execution (whose id
+	// ExecutionID is), replayed for a repeat with the same Idempotency-Key
+	// or within a dedup window: nothing ran.
+	Replayed bool
 }
 
 // EnvelopeError is the part of a failure the caller may see.

@@ -32,14 +32,18 @@ const (
 	// after the caller was told TIMEOUT. An attempt that returns its
 	// context's error stopped because it was told to and is not reported.
 	EventAbandonedResult EventType = "capability.abandoned_result"
-	EventCompleted       EventType = "capability.completed"
-	EventFailed          EventType = "capability.failed"
-	EventCancelled       EventType = "capability.cancelled"
+	// EventReplayed is the final event of an execution answered with a
+	// stored result (its ReplayOf names the execution that produced it):
+	// nothing ran.
+	EventReplayed  EventType = "capability.replayed"
+	EventCompleted EventType = "capability.completed"
+	EventFailed    EventType = "capability.failed"
+	EventCancelled EventType = "capability.cancelled"
 )
 
 // Final reports whether t ends an execution.
 func (t EventType) Final() bool {
-	return t == EventCompleted || t == EventFailed || t == EventCancelled
+	return t == EventCompleted || t == EventFailed || t == EventCancelled || t == EventReplayed
 }
 
 // Event is one audit record. It never carries a request or response payload:
@@ -77,6 +81,9 @@ type Event struct {
 	Error string
 	// Stack is the handler's stack when it panicked.
 	Stack string
+	// ReplayOf, on capability.replayed, is the execution whose stored
+	// result was replayed.
+	ReplayOf string
 }
 
 // ActorRef identifies an actor on events without its delegation chain.

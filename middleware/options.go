@@ -68,6 +68,10 @@ func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 		}
 		return d.AsDuration()
 	}
+	for _, e := range pc.GetExposure() {
+		c.Exposure = append(c.Exposure, Surface(e)) // numbered alike; unknown numbers are invalid
+	}
+	c.Dedup = dur("Dedup", pc.GetDedup())
 	c.Timeout = dur("Timeout", pc.GetTimeout())
 	c.Retry.Backoff = dur("Retry.Backoff", pc.GetRetry().GetBackoff())
 	c.Approval.ExpiresIn = dur("Approval.ExpiresIn", pc.GetApproval().GetExpiresIn())

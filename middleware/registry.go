@@ -116,6 +116,14 @@ func validate(procedure, source string, c Capability, problems []*FieldError) []
 	if c.Retry.Backoff < 0 {
 		add("Retry.Backoff", "must not be negative (got %s)", c.Retry.Backoff)
 	}
+	if c.Dedup < 0 {
+		add("Dedup", "must not be negative (got %s)", c.Dedup)
+	}
+	for _, s := range c.Exposure {
+		if !s.valid() {
+			add("Exposure", "must list rpc, http or mcp (got %s)", s)
+		}
+	}
 	if c.Approval.Quorum < 0 {
 		add("Approval.Quorum", "must not be negative (got %d)", c.Approval.Quorum)
 	}

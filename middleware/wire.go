@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
 )
 
 // envelopeJSON is the JSON form of an envelope (net/http bodies, MCP
 // results): {"status","executionId","procedure","attempts","error":{"code",
-// "message","retryable"},"approvalId"}.
+// "message","retryable"},"approvalId","approvalUrl","expiresAt","replayed"}.
 type envelopeJSON struct {
 	Status      string             `json:"status"`
 	ExecutionID string             `json:"executionId"`
@@ -18,6 +19,9 @@ type envelopeJSON struct {
 	Attempts    int                `json:"attempts,omitempty"`
 	Error       *envelopeErrorJSON `json:"error,omitempty"`
 	ApprovalID  string             `json:"approvalId,omitempty"`
+	ApprovalURL string             `json:"approvalUrl,omitempty"`
+	ExpiresAt   *time.Time         `json:"expiresAt,omitempty"`
+	Replayed    bool               `json:"replayed,omitempty"`
 }
 
 type envelopeErrorJSON struct {
@@ -29,7 +33,12 @@ type envelopeErrorJSON struct {
 // MarshalJSON encodes the envelope in its wire form. Duration is not part
 // of it.
 func (env Envelope) MarshalJSON() ([]byte, error) {
-	out := envelopeJSON{Status: env.Status.String(), ExecutionID: env.ExecutionID, Procedure: env.Procedure, Attempts: env.Attempts, ApprovalID: env.ApprovalID}
+	out := envelopeJSON{Status: env.Status.String(), ExecutionID: env.ExecutionID, Procedure: env.Procedure, Attempts: env.Attempts, ApprovalID: env.ApprovalID,
+		ApprovalURL: env.ApprovalURL, Replayed: env.Replayed}
+	if !env.ExpiresAt.IsZero() {
+		at := env.ExpiresAt.UTC()
+		out.ExpiresAt = &at
+	}
 	if e := env.Error; e != nil {
 		out.Error = &envelopeErrorJSON{e.Code, e.Message, e.Retryable}
 	}
@@ -46,7 +55,11 @@ func (env *Envelope) UnmarshalJSON(b []byte) error {
 	if !ok {
 		return fmt.Errorf("agentsafe: unknown envelope status %q", in.Status)
 	}
-	*env = Envelope{Status: status, ExecutionID: in.ExecutionID, Procedure: in.Procedure, Attempts: in.Attempts, ApprovalID: in.ApprovalID}
+	*env = Envelope{Status: status, ExecutionID: in.ExecutionID, Procedure: in.Procedure, Attempts: in.Attempts, ApprovalID: in.ApprovalID,
+		ApprovalURL: in.ApprovalURL, Replayed: in.Replayed}
+	if in.ExpiresAt != nil {
+		env.ExpiresAt = *in.ExpiresAt
+	}
 	if e := in.Error; e != nil {
 		env.Error = &EnvelopeError{e.Code, e.Message, e.Retryable}
 	}

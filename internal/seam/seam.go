@@ -27,12 +27,18 @@ type Call struct {
 	Input Input
 	// ApprovalID is the raw value of the Agentsafe-Approval-Id header.
 	ApprovalID string
-	// Surface is where the call came in (see adapter.Surface).
+	// Surface is where the call came in (see middleware.Surface).
 	Surface uint8
 	// Status maps an error of the adapter's framework to its canonical RPC
 	// code and the message the framework shows the caller; ok is false for
 	// every other error.
 	Status func(err error) (code uint32, message string, ok bool)
+	// IdempotencyKey is the raw Idempotency-Key the call carries, or empty.
+	IdempotencyKey string
+	// Marshal and Unmarshal are the adapter's codec for stored results;
+	// nil when it has none.
+	Marshal   func(any) ([]byte, error)
+	Unmarshal func([]byte) (any, error)
 }
 
 // Input is a call's input as the engine binds it.

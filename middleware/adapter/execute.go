@@ -7,18 +7,11 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
-// Surface is where a call came in: the exposure a capability must list for
-// the call to reach it.
-type Surface uint8
-
-// The surfaces.
+// The surfaces a call comes in on (see [middleware.Surface]).
 const (
-	// SurfaceRPC: Connect, gRPC, gRPC-Web and Twirp.
-	SurfaceRPC Surface = iota + 1
-	// SurfaceHTTP: a net/http route.
-	SurfaceHTTP
-	// SurfaceMCP: a tool call through an MCP bridge.
-	SurfaceMCP
+	SurfaceRPC  = middleware.SurfaceRPC
+	SurfaceHTTP = middleware.SurfaceHTTP
+	SurfaceMCP  = middleware.SurfaceMCP
 )
 
 // Call is one incoming call, as an adapter hands it to the engine: what
@@ -32,8 +25,20 @@ type Call[T any] struct {
 	// ApprovalID is the raw value of the Agentsafe-Approval-Id request
 	// header, or empty.
 	ApprovalID string
-	// Surface is where the call came in.
-	Surface Surface
+	// Surface is where the call came in: Connect, gRPC, gRPC-Web and Twirp
+	// are SurfaceRPC, nethttpadapter SurfaceHTTP; the MCP bridge marks its
+	// in-process calls SurfaceMCP through its transport's request context.
+	Surface middleware.Surface
+	// IdempotencyKey is the raw value of the call's Idempotency-Key (HTTP
+	// header, Connect or gRPC metadata, Twirp header; the _idempotency_key
+	// argument over MCP), or empty. The engine parses it.
+	IdempotencyKey string
+	// Codec turns the value an attempt returned into bytes the engine can
+	// store, and stored bytes back into a value the adapter writes as a
+	// replayed response (results of calls with a caller key, or within a
+	// dedup window). Nil: results are never stored with a response; a
+	// replay then carries the envelope without a body.
+	Codec Codec[T]
 	// Status is the adapter's one function from its framework's errors to
 	// codes: for an error of the framework (one a handler returned, or
 	// the framework raised), its canonical RPC code (the numbering gRPC and
@@ -122,10 +127,26 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 	return r.r.Refuse(ctx, &call, err)
 }
 
+// Codec converts an attempt's value T to and from bytes, for stored-result
+// replay: Marshal sees the finalized attempt's value (its response), and
+// Unmarshal must return a value the adapter writes exactly as it writes a
+// fresh one. For protobuf responses, the message's binary encoding (the
+// repeat is re-encoded with its own codec); for net/http, the status,
+// headers (less hop-by-hop ones and Date) and body.
+type Codec[T any] interface {
+	Marshal(T) ([]byte, error)
+	Unmarshal([]byte) (T, error)
+}
+
 func (c Call[T]) seam() seam.Call {
-	call := seam.Call{ApprovalID: c.ApprovalID, Surface: uint8(c.Surface), Status: c.Status}
+	call := seam.Call{ApprovalID: c.ApprovalID, Surface: uint8(c.Surface), Status: c.Status, IdempotencyKey: c.IdempotencyKey}
 	if c.Input != nil {
 		call.Input = c.Input
+	}
+	if c.Codec != nil {
+		codec := c.Codec
+		call.Marshal = func(v any) ([]byte, error) { t, _ := v.(T); return codec.Marshal(t) }
+		call.Unmarshal = func(b []byte) (any, error) { return codec.Unmarshal(b) }
 	}
 	return call
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -28,14 +29,24 @@ const (
 	// HeaderRetryable carries "true" when re-invoking a failed call is safe
 	// for the caller, "false" otherwise.
 	HeaderRetryable = "Agentsafe-Retryable"
-	// HeaderIdempotencyKey carries an idempotency key: an execution's, on
-	// outgoing calls to downstream services.
+	// HeaderIdempotencyKey carries an idempotency key: a caller's, on an
+	// incoming call (its repeats are replayed, not run again); an
+	// execution's, on outgoing calls to downstream services.
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderReplayed is "true" on the stored result of an earlier
+	// execution, replayed: nothing ran.
+	HeaderReplayed = "Agentsafe-Replayed"
+	// HeaderApprovalURL and HeaderApprovalExpires tell the caller of an
+	// APPROVAL_REQUIRED or APPROVAL_PENDING call where a person decides the
+	// approval and until when (RFC 3339).
+	HeaderApprovalURL     = "Agentsafe-Approval-Url"
+	HeaderApprovalExpires = "Agentsafe-Approval-Expires"
 )
 
 // envelopeHeaders are the response headers that belong to the envelope:
 // the engine's alone, never a handler's.
-var envelopeHeaders = [...]string{HeaderExecutionID, HeaderAttempts, HeaderApprovalID, HeaderCode, HeaderRetryable}
+var envelopeHeaders = [...]string{HeaderExecutionID, HeaderAttempts, HeaderApprovalID, HeaderCode, HeaderRetryable,
+	HeaderReplayed, HeaderApprovalURL, HeaderApprovalExpires}
 
 // SetHeaders writes the envelope to h, replacing any value there: the
 // execution id, the attempt count and the approval id when set; on
@@ -52,6 +63,15 @@ func SetHeaders(h http.Header, env middleware.Envelope) {
 	h.Set(HeaderAttempts, strconv.Itoa(env.Attempts))
 	if env.ApprovalID != "" {
 		h.Set(HeaderApprovalID, env.ApprovalID)
+	}
+	if env.ApprovalURL != "" {
+		h.Set(HeaderApprovalURL, env.ApprovalURL)
+	}
+	if !env.ExpiresAt.IsZero() {
+		h.Set(HeaderApprovalExpires, env.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if env.Replayed {
+		h.Set(HeaderReplayed, "true")
 	}
 	if e := env.Error; e != nil {
 		h.Set(HeaderCode, e.Code.String())
@@ -88,8 +108,10 @@ func ReadHeaders(h http.Header) (middleware.Envelope, bool) {
 	if id == "" {
 		return middleware.Envelope{}, false
 	}
-	env := middleware.Envelope{ExecutionID: id, ApprovalID: h.Get(HeaderApprovalID), Status: middleware.StatusCompleted}
+	env := middleware.Envelope{ExecutionID: id, ApprovalID: h.Get(HeaderApprovalID), Status: middleware.StatusCompleted,
+		ApprovalURL: h.Get(HeaderApprovalURL), Replayed: h.Get(HeaderReplayed) == "true"}
 	env.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
+	env.ExpiresAt, _ = time.Parse(time.RFC3339, h.Get(HeaderApprovalExpires))
 	if c := h.Get(HeaderCode); c != "" {
 		code, retryable := parseCode(c), h.Get(HeaderRetryable) == "true"
 		if code == middleware.CodeExecutionFailed && c != middleware.CodeExecutionFailed.String() {
@@ -199,8 +221,12 @@ func ErrorDetail(env middleware.Envelope) *agentsafev1.ErrorDetail {
 	if env.Error == nil {
 		return nil
 	}
-	return &agentsafev1.ErrorDetail{Code: env.Error.Code.String(), Retryable: env.Error.Retryable, ExecutionId: env.ExecutionID,
-		ApprovalId: env.ApprovalID, Procedure: env.Procedure, Attempts: int32(env.Attempts)}
+	d := &agentsafev1.ErrorDetail{Code: env.Error.Code.String(), Retryable: env.Error.Retryable, ExecutionId: env.ExecutionID,
+		ApprovalId: env.ApprovalID, Procedure: env.Procedure, Attempts: int32(env.Attempts), ApprovalUrl: env.ApprovalURL}
+	if !env.ExpiresAt.IsZero() {
+		d.ExpiresAt = env.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return d
 }
 
 // EnvelopeFromDetail rebuilds the envelope a client sees from the error
@@ -213,6 +239,7 @@ func EnvelopeFromDetail(d *agentsafev1.ErrorDetail, message string) middleware.E
 	if code == middleware.CodeExecutionFailed && d.GetCode() != middleware.CodeExecutionFailed.String() {
 		retryable = false
 	}
+	expires, _ := time.Parse(time.RFC3339, d.GetExpiresAt())
 	return middleware.Envelope{
 		ExecutionID: d.GetExecutionId(),
 		Procedure:   d.GetProcedure(),
@@ -220,5 +247,7 @@ func EnvelopeFromDetail(d *agentsafev1.ErrorDetail, message string) middleware.E
 		Error:       &middleware.EnvelopeError{Code: code, Message: message, Retryable: retryable},
 		Attempts:    int(d.GetAttempts()),
 		ApprovalID:  d.GetApprovalId(),
+		ApprovalURL: d.GetApprovalUrl(),
+		ExpiresAt:   expires,
 	}
 }
