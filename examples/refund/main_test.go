@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
@@ -85,8 +86,9 @@ func checkStory(t *testing.T, r report) {
 	if r.AskCancel.Code != middleware.CodeApprovalRequired || r.CancelRejected.Code != middleware.CodeApprovalRejected || len(r.CancelRejected.Runs) != 0 {
 		t.Errorf("cancel: %+v / %+v", r.AskCancel, r.CancelRejected)
 	}
-	// 8. MCP: every governed procedure is a tool; a tool call is governed.
-	if len(r.MCPTools) != 5 || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
+	// 8. MCP: every procedure exposed on MCP is a tool (not CancelOrder);
+	// a tool call is governed.
+	if !slices.Equal(r.MCPTools, []string{"export_report", "get_order", "notify_customer", "refund_order"}) || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
 		t.Errorf("mcp: tools %v, read %+v", r.MCPTools, r.MCPRead)
 	}
 }
