@@ -363,3 +363,11 @@ func TestListingAsksEveryPolicyWithoutInput(t *testing.T) {
 		})
 	}
 }
+
+func TestAnExposureNamesKnownSurfaces(t *testing.T) {
+	_, err := middleware.New(middleware.NewRegistry().Register(procRefund, middleware.Capability{SideEffect: middleware.SideEffectWrite, Exposure: []middleware.Surface{middleware.SurfaceMCP, 9}}),
+		middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
+	if err == nil || !strings.Contains(err.Error(), "Exposure") || !strings.Contains(err.Error(), procRefund) {
+		t.Fatalf("New: %v", err)
+	}
+}
