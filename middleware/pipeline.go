@@ -91,6 +91,7 @@ type execution struct {
 	digest         string // plain, for approvals
 	eventDigest    string // keyed when configured
 	bindErr        error  // why the input does not bind, once tried
+	inputRead      bool   // a policy read the input (or its digest)
 	json           []byte // the input as policies read it, once rendered
 	approvalID     string
 	approval       *store.ConsumedApproval

@@ -55,6 +55,7 @@ func (in PolicyInput) Input() ([]byte, error) {
 	if in.x == nil {
 		return nil, nil
 	}
+	in.x.inputRead = true
 	return in.x.inputJSON()
 }
 
@@ -64,6 +65,7 @@ func (in PolicyInput) Digest() (string, error) {
 	if in.x == nil {
 		return "", nil
 	}
+	in.x.inputRead = true
 	if err := in.x.lazyBind(); err != nil {
 		return "", err
 	}
@@ -212,7 +214,7 @@ func (x *execution) decide() ([]string, *Error) {
 		}
 	}
 	switch {
-	case x.bindErr != nil: // a policy asked for an input that does not bind
+	case x.inputRead && x.bindErr != nil: // a policy asked for an input that does not bind
 		return nil, x.unbound(x.bindErr)
 	case failed != nil:
 		return nil, &Error{Code: CodePolicyUnavailable, Message: "a policy could not decide on the call; nothing ran", Retryable: true, Cause: failed}

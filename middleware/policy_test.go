@@ -371,3 +371,22 @@ func TestAnExposureNamesKnownSurfaces(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 }
+
+func TestAnInputThatDoesNotBindIsRefusedOnlyWhenAPolicyReadsIt(t *testing.T) {
+	notIJSON := adapter.JSONInput([]byte(`{"a":1,"a":2}`))
+	// A sink binds every input it can, for its events; a policy that never
+	// reads the input does not make an unbindable one a refusal.
+	blind, _ := policied(t, plainWrite, always("blind", middleware.Allow()))
+	if env, err, runs := runRefund(blind, middleware.SurfaceRPC, notIJSON); err != nil || runs != 1 {
+		t.Fatalf("%+v %v, runs %d", env, err, runs)
+	}
+	reader, _ := policied(t, plainWrite, policy{"reader", func(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		_, err := in.Input()
+		return middleware.Allow(), err
+	}})
+	env, err, runs := runRefund(reader, middleware.SurfaceRPC, notIJSON)
+	wantCode(t, env, err, middleware.CodeInvalidArgument)
+	if runs != 0 {
+		t.Fatal("the handler ran")
+	}
+}
