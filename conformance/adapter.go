@@ -90,7 +90,7 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	for _, r := range adapterRules {
+	for _, r := range slices.Concat(adapterRules, policyRules) {
 		t.Run(r.name, func(t *testing.T) {
 			noStreams := false
 			rule := func(t *testing.T) {
@@ -138,6 +138,7 @@ type suite struct {
 func newSuite(t *testing.T, h Harness, opts ...middleware.Option) *suite {
 	reg := middleware.NewRegistry()
 	for f, c := range capabilities() {
+		c.Exposure = everywhere
 		reg.Register(h.Procedure(f), c)
 	}
 	rec := &agentsafetest.Recorder{}

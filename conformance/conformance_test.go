@@ -97,6 +97,9 @@ func (c *directClient) Call(ctx context.Context, f conformance.Fixture, req conf
 	if ctx.Err() != nil {
 		return conformance.Result{Err: ctx.Err()} // the client left: it sees nothing
 	}
+	if adapter.Hidden(err) && c.d.bug != "shows-hidden" {
+		return c.CallUnhandled(ctx, f, req)
+	}
 	wire := http.Header{}
 	res := conformance.Result{Header: wire}
 	if out != nil {
@@ -132,6 +135,13 @@ func (c *directClient) Call(ctx context.Context, f conformance.Fixture, req conf
 		res.Envelope.Error.Message = res.Status.Message
 	}
 	return res
+}
+
+// CallUnhandled is what the direct adapter's "framework" answers for a
+// procedure it has no handler for: Unimplemented, naming it, nothing else.
+func (c *directClient) CallUnhandled(_ context.Context, f conformance.Fixture, _ conformance.Request) conformance.Result {
+	st := &conformance.Status{Code: conformance.StatusUnimplemented, Message: "direct: no handler for " + c.d.Procedure(f)}
+	return conformance.Result{Header: http.Header{}, Err: st, Status: st}
 }
 
 func (c *directClient) Stream(ctx context.Context, req conformance.Request) ([]conformance.Response, conformance.Result) {
@@ -177,6 +187,11 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 		"finalizes-twice":       {"Envelope/exactly_one_envelope_and_one_final_event_per_call"},
 		"shares-input":          {"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's"},
 		"keeps-relayed-headers": {"Envelope/a_relayed_downstream_envelope_never_shadows_this_one"},
+		"shows-hidden": {
+			"Policy/hide_wins_over_deny,_deny_over_require_approval,_require_approval_over_allow",
+			"Hidden/a_hidden_call_gets_exactly_what_a_procedure_with_no_handler_gets",
+			"Exposure/a_call_on_a_surface_the_capability_is_not_exposed_on_is_hidden",
+		},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
 			"Retry/an_idempotent_write_with_retry_configured_is_retried",
@@ -188,6 +203,8 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Status/a_framework_Unavailable_status_is_transient",
 			"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's",
 			"Envelope/a_relayed_downstream_envelope_never_shadows_this_one",
+			"Policy/hide_wins_over_deny,_deny_over_require_approval,_require_approval_over_allow",
+			"Exposure/a_call_on_a_surface_the_capability_is_not_exposed_on_is_hidden",
 		},
 	} {
 		t.Run(bug, func(t *testing.T) {

@@ -39,7 +39,13 @@ func (h conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle c
 	mux.Handle(testv1connect.NewTestServiceHandler(conformanceService{handle, stream},
 		connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
 	url := serve(t, mux)
-	return conformanceClient{testv1connect.NewTestServiceClient(httpClient(t, h.p.h2c), url, slices.Clone(h.p.opts)...)}
+	// A Connect server without the service: the mux's 404, as the generated
+	// handler also answers a method it does not know.
+	none := serve(t, http.NewServeMux())
+	return conformanceClient{
+		c:      testv1connect.NewTestServiceClient(httpClient(t, h.p.h2c), url, slices.Clone(h.p.opts)...),
+		absent: testv1connect.NewTestServiceClient(httpClient(t, h.p.h2c), none, slices.Clone(h.p.opts)...),
+	}
 }
 
 type conformanceService struct {
@@ -111,7 +117,12 @@ func (s conformanceService) Stream(ctx context.Context, r *connect.Request[testv
 }
 
 type conformanceClient struct {
-	c testv1connect.TestServiceClient
+	c, absent testv1connect.TestServiceClient
+}
+
+// CallUnhandled makes the call on a server that has no handler for it.
+func (c conformanceClient) CallUnhandled(ctx context.Context, f conformance.Fixture, req conformance.Request) conformance.Result {
+	return conformanceClient{c: c.absent}.Call(ctx, f, req, "")
 }
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {

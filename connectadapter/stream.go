@@ -25,6 +25,9 @@ func stream(ctx context.Context, route adapter.Route, conn connect.StreamingHand
 		own.ids = middleware.Envelope{ExecutionID: x.ID, Attempts: x.Attempt}
 		return next(ctx, own)
 	})
+	if adapter.Hidden(err) {
+		return absent(conn.Spec(), conn.Peer())
+	}
 	if !own.sent {
 		// Nothing went out yet: headers and trailers leave together, and
 		// the trailers carry the whole envelope.

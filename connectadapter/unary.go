@@ -39,6 +39,9 @@ func unary(ctx context.Context, route adapter.Route, req connect.AnyRequest, nex
 		own.res, err = next(own, in)
 		return own, err
 	})
+	if adapter.Hidden(err) {
+		return nil, absent(req.Spec(), req.Peer())
+	}
 	if a != nil { // the finalized attempt returned: its sink is final
 		adapter.DelHeaders(a.info.header)
 		adapter.DelHeaders(a.info.trailer)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/conformance"
@@ -38,7 +39,30 @@ func (harness) Procedure(f conformance.Fixture) string { return fixture.Procedur
 
 func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
 	conn := serve(t, eng, newService(handle, stream))
-	return client{testv1.NewTestServiceClient(conn)}
+	return client{c: testv1.NewTestServiceClient(conn), t: t}
+}
+
+// CallUnhandled makes the call on a gRPC server whose TestService has no
+// handler for f's method: grpc-go's own answer.
+func (c client) CallUnhandled(ctx context.Context, f conformance.Fixture, req conformance.Request) conformance.Result {
+	desc := testv1.TestService_ServiceDesc
+	desc.Methods = slices.DeleteFunc(slices.Clone(desc.Methods), func(m grpc.MethodDesc) bool {
+		return "/"+desc.ServiceName+"/"+m.MethodName == fixture.Procedure(f)
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	srv.RegisterService(&desc, newService(nil, nil))
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close()
+	return client{c: testv1.NewTestServiceClient(conn)}.Call(ctx, f, req, "")
 }
 
 // serve starts a gRPC server for svc governed by eng and returns a
@@ -105,7 +129,10 @@ func (s *service) Stream(r *testv1.Request, ss grpc.ServerStreamingServer[testv1
 	return err
 }
 
-type client struct{ c testv1.TestServiceClient }
+type client struct {
+	c testv1.TestServiceClient
+	t *testing.T
+}
 
 func (c client) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
 	if approvalID != "" {

@@ -65,6 +65,9 @@ func UnaryServerInterceptor(eng *middleware.Engine) grpc.UnaryServerInterceptor 
 			sink.resp = resp
 			return sink, err
 		})
+		if adapter.Hidden(err) {
+			return nil, absent(info.FullMethod)
+		}
 		if sink != nil {
 			sink.flush(ctx)
 		}
@@ -98,6 +101,9 @@ func StreamServerInterceptor(eng *middleware.Engine) grpc.StreamServerIntercepto
 			}
 			return handler(srv, &stream{ServerStream: ss, ctx: ctx})
 		})
+		if adapter.Hidden(err) {
+			return absent(info.FullMethod)
+		}
 		ss.SetTrailer(envelopeMD(env))
 		return wireError(env, err)
 	}

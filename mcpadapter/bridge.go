@@ -21,6 +21,7 @@ import (
 // [Bridge.AddTools], or use [Bridge.NewServer] or [Bridge.Handler]. It is
 // safe for concurrent use.
 type Bridge struct {
+	eng   *middleware.Engine
 	cfg   config
 	types interface {
 		protoregistry.ExtensionTypeResolver
@@ -70,7 +71,7 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 	if len(services) == 0 {
 		return nil, errors.New("mcpadapter: New needs at least one service")
 	}
-	b := &Bridge{cfg: defaultConfig()}
+	b := &Bridge{eng: eng, cfg: defaultConfig()}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&b.cfg)
@@ -94,7 +95,7 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 			md := methods.Get(i)
 			proc := adapter.Procedure(md)
 			c, governed := adapter.Resolve(eng, proc).Capability()
-			if !governed || md.IsStreamingClient() || md.IsStreamingServer() {
+			if !governed || !c.Exposed(middleware.SurfaceMCP) || md.IsStreamingClient() || md.IsStreamingServer() {
 				continue
 			}
 			t, err := b.newTool(httpClient, proc, md, c)
@@ -187,11 +188,13 @@ func (b *Bridge) newTool(httpClient *http.Client, proc string, md protoreflect.M
 }
 
 // AddTools installs the bridge's tools on s, replacing tools of the same
-// names.
+// names, and makes s's tool listings leave out the tools a policy hides
+// from the caller who lists them.
 func (b *Bridge) AddTools(s *mcp.Server) {
 	for _, t := range b.tools {
 		s.AddTool(t.def, t.call)
 	}
+	b.filterListing(s)
 }
 
 // NewServer returns a new MCP server with the bridge's tools. A nil impl

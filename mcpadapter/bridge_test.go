@@ -55,7 +55,7 @@ func TestToolNames(t *testing.T) {
 	for _, m := range []string{"GetHTTPStatus", "V2Report", "Already_Snake", "lower"} {
 		reg.Register("/names.v1.Names/"+m, readCapability())
 	}
-	reg.Register("/names.v1.Other/Lower", middleware.Capability{SideEffect: middleware.SideEffectRead, ToolName: "other.lower-v1"})
+	reg.Register("/names.v1.Other/Lower", middleware.Capability{SideEffect: middleware.SideEffectRead, Exposure: everySurface, ToolName: "other.lower-v1"})
 	tools := listTools(t, files, reg, "names.v1.Names", "/names.v1.Other/")
 	var names []string
 	for n := range tools {
@@ -107,15 +107,15 @@ func TestNewRefuses(t *testing.T) {
 			[]string{"/names.v1.Names/lower", "/names.v1.Other/Lower", `"lower"`}},
 		{"an override that collides", middleware.NewRegistry().
 			Register("/names.v1.Names/V2Report", readCapability()).
-			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, ToolName: "v2_report"}),
+			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, Exposure: everySurface, ToolName: "v2_report"}),
 			[]string{"names.v1.Names"},
 			[]string{"/names.v1.Names/V2Report", "/names.v1.Names/lower", `"v2_report"`}},
 		{"a name MCP does not allow", middleware.NewRegistry().
-			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, ToolName: "refund order!"}),
+			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, Exposure: everySurface, ToolName: "refund order!"}),
 			[]string{"names.v1.Names"},
 			[]string{"/names.v1.Names/lower", `' '`}},
 		{"a name too long", middleware.NewRegistry().
-			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, ToolName: strings.Repeat("x", 129)}),
+			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, Exposure: everySurface, ToolName: strings.Repeat("x", 129)}),
 			[]string{"names.v1.Names"},
 			[]string{"/names.v1.Names/lower", "128"}},
 		{"a field named like the approval argument", middleware.NewRegistry().
@@ -126,7 +126,7 @@ func TestNewRefuses(t *testing.T) {
 		{"not a service", nil, []string{"names.v1.Req"}, []string{"names.v1.Req", "not a service"}},
 		{"every problem at once", middleware.NewRegistry().
 			Register("/names.v1.Names/Clashing", readCapability()).
-			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, ToolName: "bad name"}),
+			Register("/names.v1.Names/lower", middleware.Capability{SideEffect: middleware.SideEffectRead, Exposure: everySurface, ToolName: "bad name"}),
 			[]string{"names.v1.Names", "names.v1.Nope"},
 			[]string{"/names.v1.Names/Clashing", "/names.v1.Names/lower", "names.v1.Nope"}},
 	} {

@@ -9,6 +9,7 @@ import (
 	"maps"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,10 +32,16 @@ const approvalArgumentDoc = "Only to resume a call that needed a human's approva
 func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	args, approvalID, err := splitArguments(req.Params.Arguments)
 	if err != nil {
+		if t.hiddenAtListing(ctx) { // no refusal may tell a hidden tool apart
+			return nil, unknownTool(req.Params.Name)
+		}
 		return refusal(middleware.CodeInvalidArgument, "invalid arguments: "+err.Error()), nil
 	}
 	msg := dynamicpb.NewMessage(t.method.Input())
 	if err := (protojson.UnmarshalOptions{Resolver: t.b.types}).Unmarshal(args, msg); err != nil {
+		if t.hiddenAtListing(ctx) {
+			return nil, unknownTool(req.Params.Name)
+		}
 		return refusal(middleware.CodeInvalidArgument, argumentError(args, err)), nil
 	}
 	header, err := t.b.cfg.headers(ctx, req)
@@ -55,7 +62,12 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		ctx, stop = t.startProgress(ctx, req.Session, token)
 		defer stop()
 	}
-	res, err := t.client.CallUnary(ctx, creq)
+	// The call comes in on the MCP surface: the bridge says so through the
+	// request's context, which only code in this process can set.
+	res, err := t.client.CallUnary(adapter.WithSurface(ctx, middleware.SurfaceMCP), creq)
+	if _, governed := connectadapter.ReadEnvelope(res, err); absent(governed, err) {
+		return nil, unknownTool(req.Params.Name) // hidden: as if the tool did not exist
+	}
 	return t.result(res, err, approvalID), nil
 }
 

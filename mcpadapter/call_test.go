@@ -144,7 +144,7 @@ func TestApprovalResume(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*mcpadapter.Bridge, *mcp.ClientOptions) *mcp.ClientSession) {
 		// A second gated procedure, to carry the approval id to.
 		reg := middleware.NewRegistry().Register(testv1connect.TestServiceIdempotentWriteProcedure, middleware.Capability{
-			SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, Type: "manager"}})
+			SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, Type: "manager"}, Exposure: everySurface})
 		f := newFixture(t, fixtureConfig{reg: reg, bridgeOpts: []mcpadapter.Option{bearer(agent.ID)}})
 		cs := connect(f.bridge, nil)
 		args := map[string]any{"id": "refund-1", "amount": 12000}

@@ -92,6 +92,26 @@
 // "agentsafe/headers" ([ReadHeader]): the Agentsafe-* headers, and those
 // named with [WithResponseHeaders].
 //
+// # Exposure, policies and hidden tools
+//
+// MCP is opt-in: New makes tools only of capabilities exposed on the mcp
+// surface (Capability.Exposure, the exposure method option). Every tool
+// call comes in on that surface: the bridge marks its in-process request
+// through the request's context (adapter.WithSurface), never through a
+// header a remote caller could send, so the engine answers a call of a
+// capability not exposed on mcp as if it did not exist.
+//
+// A tools/list leaves out, for the caller who lists, every tool a policy
+// hides (middleware.WithPolicy): each policy is asked with Listing set and
+// no input, on the listing request's context, where the engine's actor
+// function must find who lists — put the service's HTTP authentication in
+// front of [Bridge.Handler], or connect other transports with a context
+// that says who they are for. When it cannot tell (or a policy fails), a
+// tool a policy of yours judges is left out: closed. A tool call that a
+// policy hides gets exactly the SDK's answer for a tool the server does
+// not have (a JSON-RPC invalid-params error, "unknown tool"), arguments
+// refused included.
+//
 // # Resuming an approved call
 //
 // A call that needs an approval ends approval_required with an approval

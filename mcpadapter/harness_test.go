@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -51,17 +53,49 @@ func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Ha
 	}
 	cs := connectInMemory(t, b, nil)
 	// Tools are found by the procedure their _meta names, as a client
-	// that knows the service would.
+	// that knows the service would; a tool the listing leaves out (a
+	// policy hides it, or its capability is not exposed on MCP) is called
+	// by the name the bridge would give it, as a client that guesses would.
 	tools := map[string]string{}
+	for f, name := range toolNames {
+		tools[fx.Procedure(f)] = name
+	}
 	for tool, err := range cs.Tools(context.Background(), nil) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p, ok := tool.Meta["agentsafe/procedure"].(string); ok {
-			tools[p] = tool.Name
+		if p, ok := tool.Meta["agentsafe/procedure"].(string); ok && tools[p] != tool.Name {
+			t.Fatalf("tool %s of %s: the bridge named it unlike before", tool.Name, p)
 		}
 	}
-	return mcpClient{cs: cs, tools: tools}
+	return mcpClient{cs: cs, tools: tools, t: t, bridge: b}
+}
+
+// toolNames are the tools the bridge makes of the fixtures.
+var toolNames = map[conformance.Fixture]string{
+	conformance.FixtureRead: "read", conformance.FixtureWrite: "write", conformance.FixtureIdempotentWrite: "idempotent_write",
+	conformance.FixtureSlow: "slow", conformance.FixtureGated: "gated",
+}
+
+// CallUnhandled makes the call on an MCP server that has every tool of
+// the bridge but f's: the SDK's own answer for a tool it does not have.
+func (c mcpClient) CallUnhandled(ctx context.Context, f conformance.Fixture, req conformance.Request) conformance.Result {
+	s := c.bridge.NewServer(nil, nil)
+	s.RemoveTools(toolNames[f])
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "conformance", Version: "v1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer func() {
+		cs.Close()
+		ss.Wait()
+	}()
+	return mcpClient{cs: cs, tools: c.tools}.Call(ctx, f, req, "")
 }
 
 type fixtureService struct {
@@ -118,8 +152,10 @@ func (s *fixtureService) Gated(ctx context.Context, r *connect.Request[testv1.Re
 }
 
 type mcpClient struct {
-	cs    *mcp.ClientSession
-	tools map[string]string // by procedure
+	cs     *mcp.ClientSession
+	tools  map[string]string // by procedure
+	t      *testing.T
+	bridge *mcpadapter.Bridge
 }
 
 func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
@@ -133,7 +169,11 @@ func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conforma
 	}
 	r, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
-		return conformance.Result{Err: err}
+		res := conformance.Result{Err: err}
+		if we, ok := errors.AsType[*jsonrpc.Error](err); ok { // a protocol error: the JSON-RPC code and message
+			res.Status = &conformance.Status{Code: 2, Message: we.Message, Detail: fmt.Sprintf("JSON-RPC %d", we.Code)}
+		}
+		return res
 	}
 	env, _ := mcpadapter.ReadEnvelope(r)
 	out := conformance.Result{Envelope: env, Header: mcpadapter.ReadHeader(r)}

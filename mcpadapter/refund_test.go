@@ -86,8 +86,6 @@ func TestRefundTools(t *testing.T) {
 			[]string{"orderId"}, []string{"orderId", "customer", "totalCents", "status", "refundedCents"}},
 		"refund_order": {"/orders.v1.OrderService/RefundOrder", "Refund an order; large refunds need a manager's approval.", hints{idempotent: true},
 			[]string{"orderId", "amountCents", "reason"}, []string{"orderId", "refundedCents", "gatewayReference"}},
-		"cancel_order": {"/orders.v1.OrderService/CancelOrder", "Cancel an order. Cannot be undone.", hints{destructive: true},
-			[]string{"orderId"}, []string{"orderId", "status"}},
 		"notify_customer": {"/orders.v1.OrderService/NotifyCustomer", "Email the customer about their order.", hints{openWorld: true},
 			[]string{"orderId", "message"}, []string{"messageId"}},
 		"export_report": {"/orders.v1.OrderService/ExportReport", "Export the day's order report.", hints{readOnly: true},
@@ -98,7 +96,8 @@ func TestRefundTools(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"cancel_order", "export_report", "get_order", "notify_customer", "refund_order"}) {
+	// CancelOrder is not exposed on MCP: it is no tool.
+	if !slices.Equal(names, []string{"export_report", "get_order", "notify_customer", "refund_order"}) {
 		t.Fatalf("tools %v", names)
 	}
 
@@ -131,8 +130,9 @@ func TestRefundTools(t *testing.T) {
 	if got := property(t, tools["refund_order"].InputSchema, "amountCents"); got != `{"pattern":"^-?[0-9]+$","type":["integer","string"]}` {
 		t.Errorf("refund_order amountCents: %s", got)
 	}
-	if cancel := tools["cancel_order"]; cancel.Meta["agentsafe/approvalType"] != "manager" || cancel.Meta["agentsafe/sideEffect"] != "destructive" || cancel.Meta["agentsafe/risk"] != "critical" {
-		t.Errorf("cancel_order _meta %v", cancel.Meta)
+	// A refund needs an approval only by condition: no approval type.
+	if refund := tools["refund_order"]; refund.Meta["agentsafe/approvalType"] != nil || refund.Meta["agentsafe/sideEffect"] != "write" || refund.Meta["agentsafe/risk"] != "high" {
+		t.Errorf("refund_order _meta %v", refund.Meta)
 	}
 	b, _ := json.Marshal(tools["get_order"].Annotations)
 	if string(b) != `{"destructiveHint":false,"idempotentHint":false,"openWorldHint":false,"readOnlyHint":true}` {

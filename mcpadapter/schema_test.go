@@ -164,8 +164,11 @@ func listTools(t *testing.T, files *protoregistry.Files, reg *middleware.Registr
 }
 
 func readCapability() middleware.Capability {
-	return middleware.Capability{SideEffect: middleware.SideEffectRead}
+	return middleware.Capability{SideEffect: middleware.SideEffectRead, Exposure: everySurface}
 }
+
+// everySurface exposes a capability on MCP too (MCP is opt-in).
+var everySurface = []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceHTTP, middleware.SurfaceMCP}
 
 // property returns the schema of one property, as JSON, for comparisons.
 func property(t *testing.T, schema any, name string) string {

@@ -35,12 +35,15 @@
 // For each governed call, the adapter resolves the procedure (stage 1) and
 // writes the [Envelope] to the wire (stage 8); the engine runs the rest:
 //
-//  2. Open: execution id, idempotency key, the actor ([WithActor]). A
-//     caller that has already left ends the execution CANCELLED. Then the
-//     cheap checks (the approval header, the actor, the cap on abandoned
-//     attempts), binding the input (its I-JSON check and digest, only when
-//     something needs them), and capability.requested.
-//  3. Approval gate, for capabilities (or conditions) that require one.
+//  2. Open: execution id, idempotency key, the actor ([WithActor]). A call
+//     on a surface its capability is not exposed on is answered as hidden
+//     (as if the procedure had no handler). A caller that has already left
+//     ends the execution CANCELLED. Then the cheap checks (the approval
+//     header, the actor, the cap on abandoned attempts), binding the input
+//     (its I-JSON check and digest, only when something needs them),
+//     capability.requested, and the policies ([WithPolicy]): hide, deny,
+//     require approval.
+//  3. Approval gate, for capabilities (or policies) that require one.
 //  4. Start: emit capability.started.
 //  5. Attempts: each attempt runs on its own goroutine under the caller's
 //     context plus its own timeout. The engine returns when the handler

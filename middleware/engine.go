@@ -110,7 +110,7 @@ func (c *config) storeProblems(caps map[string]Capability) []error {
 		return nil
 	}
 	var errs []error
-	if c.condition != nil {
+	if c.condition {
 		errs = append(errs, errors.New("agentsafe: WithApprovalCondition needs an approval store: add WithApprovalStore (approvalstore.NewMemory for one process, approvalstore.NewRedis for many)"))
 	}
 	for _, proc := range slices.Sorted(maps.Keys(caps)) {
@@ -131,7 +131,7 @@ func (c *config) warn(caps map[string]Capability) {
 			}
 		}
 	}
-	gated := c.condition != nil
+	gated := c.condition
 	var unaudited []string
 	for _, proc := range slices.Sorted(maps.Keys(caps)) {
 		gated = gated || caps[proc].Approval.Required

@@ -28,6 +28,9 @@ type Error struct {
 	// own error (a *connect.Error, a gRPC status, a twirp.Error, a net/http
 	// 5xx): Cause passes to the wire unchanged.
 	own bool
+	// hidden marks a call answered as if its procedure had no handler (a
+	// policy hid it, or it came in on a surface it is not exposed on).
+	hidden bool
 }
 
 // NewError returns an error with code and message.

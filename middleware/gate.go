@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/digest"
@@ -18,19 +19,14 @@ type ApprovalQuery struct {
 	Procedure  string
 	Capability Capability
 	Actor      Actor
-	input      seam.Input
+	in         PolicyInput
 }
 
 // Input returns the call's input as JSON: a JSON body, or the pinned
 // protojson rendering of a protobuf message; nil for an input that is not
 // JSON, or a call without one. It has passed the I-JSON check the input
 // digest applies, so it means one thing to every reader.
-func (q ApprovalQuery) Input() ([]byte, error) {
-	if q.input == nil {
-		return nil, nil
-	}
-	return q.input.JSON()
-}
+func (q ApprovalQuery) Input() ([]byte, error) { return q.in.Input() }
 
 // storeTimeout bounds the store calls the engine makes outside a caller's
 // context: recording an outcome after the caller has left.
@@ -41,9 +37,9 @@ const storeTimeout = 5 * time.Second
 const leaseGrace = time.Minute
 
 // gate is stage 3, the approval gate, for a call that needs an approval
-// (for reason): without an approval id it requests one and runs nothing;
+// (for reasons): without an approval id it requests one and runs nothing;
 // with one it consumes it atomically before any attempt.
-func (x *execution) gate(reason string) *Error {
+func (x *execution) gate(reasons []string) *Error {
 	approvals := x.e.cfg.store
 	if approvals == nil { // New refuses this; never trust that it ran
 		return &Error{Code: CodeApprovalUnavailable, Message: "approval required, but this engine has no approval store (WithApprovalStore)", Retryable: true}
@@ -55,29 +51,12 @@ func (x *execution) gate(reason string) *Error {
 		return &Error{Code: CodeInvalidArgument, Message: "approval required, and the call has no input to bind the approval to"}
 	}
 	if x.call.ApprovalID == "" {
-		return x.requestApproval(approvals, reason)
+		return x.requestApproval(approvals, reasons)
 	}
 	return x.consumeApproval(approvals)
 }
 
-// approvalRequired asks the capability, then the application's condition.
-// A condition that fails keeps the call closed.
-func (x *execution) approvalRequired() (bool, string, *Error) {
-	if x.cap.Approval.Required {
-		return true, "the capability always requires approval", nil
-	}
-	cond := x.e.cfg.condition
-	if cond == nil {
-		return false, "", nil
-	}
-	required, reason, err := cond(x.ctx, ApprovalQuery{Procedure: x.proc, Capability: x.cap.resolved(), Actor: x.actor, input: x.call.Input})
-	if err != nil {
-		return false, "", &Error{Code: CodeApprovalUnavailable, Message: "could not decide whether the call needs approval", Retryable: true, Cause: err}
-	}
-	return required, reason, nil
-}
-
-func (x *execution) requestApproval(approvals store.ApprovalStore, reason string) *Error {
+func (x *execution) requestApproval(approvals store.ApprovalStore, reasons []string) *Error {
 	view, err := x.approvalView()
 	if err != nil {
 		return &Error{Code: CodeApprovalUnavailable, Message: "could not render the input for approvers", Retryable: true, Cause: err}
@@ -93,7 +72,7 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reason string
 		RequestedBy: x.id,
 		Digest:      x.digest,
 		View:        view,
-		Reasons:     []string{reason},
+		Reasons:     reasons,
 		SideEffect:  c.SideEffect.String(),
 		Risk:        c.Risk.String(),
 		ExpiresIn:   c.expiresIn,
@@ -102,7 +81,7 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reason string
 		return x.storeError(err)
 	}
 	x.approvalID = rec.ID
-	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: reason})
+	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: strings.Join(reasons, "; ")})
 	msg := fmt.Sprintf("%s needs an approval", x.proc)
 	if c.Approval.Type != "" {
 		msg = fmt.Sprintf("%s needs an approval by a %s", x.proc, c.Approval.Type)

@@ -309,7 +309,7 @@ func TestConditionalApproval(t *testing.T) {
 		return false, "", errors.New("policy service down")
 	}))
 	env, err, _ = failing.call(agent, refund, "")
-	wantCode(t, env, err, middleware.CodeApprovalUnavailable)
+	wantCode(t, env, err, middleware.CodePolicyUnavailable) // the condition is a policy: it fails closed as one
 	if failing.runs.Load() != 0 {
 		t.Fatal("a failing condition must fail closed")
 	}

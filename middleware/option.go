@@ -36,7 +36,8 @@ type config struct {
 	store          store.ApprovalStore
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
-	condition      func(ctx context.Context, q ApprovalQuery) (bool, string, error)
+	policies       []namedPolicy
+	condition      bool // a WithApprovalCondition policy is among them
 	files          *protoregistry.Files
 	filesSet       bool
 	problems       []string
@@ -296,9 +297,17 @@ func WithApprovalView(view func(ctx context.Context, procedure string, input []b
 
 // WithApprovalCondition makes approval conditional per call, for
 // capabilities that do not always require one: cond returns whether this
-// call needs an approval and why (the reason is shown to approvers). An
-// error fails the call closed with CodeApprovalUnavailable. By default only
-// Approval.Required gates a call.
+// call needs an approval and why (the reason is shown to approvers). It is
+// a policy named "approval-condition" (see [WithPolicy]) that only ever
+// requires approval, and the input it reads is bound before it is asked.
+// An error fails the call closed with POLICY_UNAVAILABLE. By default only
+// Approval.Required gates a call. Nil is ignored.
 func WithApprovalCondition(cond func(ctx context.Context, q ApprovalQuery) (required bool, reason string, err error)) Option {
-	return optionFunc(func(c *config) { c.condition = cond })
+	return optionFunc(func(c *config) {
+		if cond == nil {
+			return
+		}
+		WithPolicy(condition(cond)).apply(c)
+		c.condition = true
+	})
 }

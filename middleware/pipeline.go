@@ -56,6 +56,11 @@ func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call *s
 		err = &Error{Code: CodeInvalidArgument, Message: "the call was refused"}
 	}
 	x := e.open(ctx, proc, &seam.Call{ApprovalID: call.ApprovalID, Surface: call.Surface}, c, false) // nothing was read to bind
+	if c != nil {
+		if hide := x.exposed(); hide != nil {
+			err = hide
+		}
+	}
 	x.requested()
 	_, env, ferr := x.finish(nil, err)
 	return env, ferr
@@ -85,6 +90,9 @@ type execution struct {
 	actorErr       error
 	digest         string // plain, for approvals
 	eventDigest    string // keyed when configured
+	bindErr        error  // why the input does not bind, once tried
+	inputRead      bool   // a policy read the input (or its digest)
+	json           []byte // the input as policies read it, once rendered
 	approvalID     string
 	approval       *store.ConsumedApproval
 	consumed       bool // an approval was consumed: its outcome is recorded
@@ -124,13 +132,19 @@ func (e *Engine) open(ctx context.Context, proc string, call *seam.Call, c *capa
 }
 
 // admit runs the rest of stage 2, then the approval gate (stage 3). In
-// order: a caller already gone; the cheap checks (the approval header, the
-// actor, the abandoned-attempt cap); binding the input, only when
-// something needs its digest; capability.requested (with the digest, or
-// without it at a refusal before the binding); the approval condition,
-// which may read the input only once it is known to bind; the gate.
-// Nothing has run when it refuses.
+// order: a surface the capability is not exposed on (answered as hidden,
+// before anything could tell the procedure exists); a caller already
+// gone; the cheap checks (the approval header, the actor, the
+// abandoned-attempt cap); binding the input, only when something needs its
+// digest; capability.requested (with the digest, or without it at a
+// refusal before the binding); the policies (policy.go), which may read
+// the input only once it is known to bind; the gate. Nothing has run when
+// it refuses.
 func (x *execution) admit() *Error {
+	if err := x.exposed(); err != nil {
+		x.requested()
+		return err
+	}
 	if x.ctx.Err() != nil {
 		x.requested()
 		return x.cancelled()
@@ -146,15 +160,12 @@ func (x *execution) admit() *Error {
 	if err := x.requested(); err != nil {
 		return err
 	}
-	required, reason, err := x.approvalRequired()
-	if err != nil {
+	reasons, err := x.decide()
+	if err != nil || len(reasons) == 0 {
 		return err
 	}
-	if !required {
-		return nil
-	}
 	// Last: an approval consumed here must be followed by an attempt.
-	return x.gate(reason)
+	return x.gate(reasons)
 }
 
 // cheapChecks is stage 2a: what costs nothing to refuse.
@@ -176,15 +187,16 @@ func (x *execution) cheapChecks() *Error {
 // the call's safety depends on it (an approval, or a condition that reads
 // the input); for events alone it is just left without a digest.
 func (x *execution) bind() *Error {
-	strict := x.cap.Approval.Required || x.e.cfg.condition != nil
+	strict := x.cap.Approval.Required || x.e.cfg.condition
 	if x.call.Input == nil || x.streaming || !(strict || x.e.observed || x.e.cfg.tracer != nil) {
 		return nil
 	}
 	d, err := x.call.Input.Digest(x.proc)
 	if err != nil {
 		if strict {
-			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
+			return x.unbound(err)
 		}
+		x.bindErr = err // a policy that reads the input refuses it
 		return nil
 	}
 	x.digest, x.eventDigest = d, x.e.keyedDigest(d)

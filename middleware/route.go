@@ -28,6 +28,10 @@ func init() {
 		}
 		return e.route(procedure)
 	}
+	seam.Hidden = func(err error) bool {
+		e, ok := errors.AsType[*Error](err)
+		return ok && e.hidden
+	}
 	seam.HandlerError = func(err error) (error, bool) {
 		if e, ok := errors.AsType[*Error](err); ok && e.own {
 			return e.Cause, true
@@ -83,4 +87,10 @@ func (r *route) Refuse(ctx context.Context, call *seam.Call, err *Error) (Envelo
 		return Envelope{}, err
 	}
 	return r.e.refuse(ctx, r.proc, r.cap, call, err)
+}
+
+// Listed reports whether the route's capability is listed as a tool on
+// surface s for the caller of ctx (see Engine.listed).
+func (r *route) Listed(ctx context.Context, s uint8) bool {
+	return r.cap != nil && r.e.listed(ctx, r.proc, r.cap, Surface(s))
 }

@@ -71,12 +71,21 @@ func (h conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle c
 		}
 	})
 	wrapped := nethttpadapter.WrapMux(eng, mux)
+	// A mux without the fixtures' routes: its own 404.
+	none := http.NewServeMux()
 	if h.inProcess {
-		return conformanceClient{base: "http://conformance.test", client: &http.Client{Transport: inMemory{wrapped}}}
+		return conformanceClient{base: "http://conformance.test", client: &http.Client{Transport: inMemory{wrapped}},
+			absent: &conformanceClient{base: "http://conformance.test", client: &http.Client{Transport: inMemory{none}}}}
 	}
-	srv := httptest.NewServer(wrapped)
+	srv, noneSrv := httptest.NewServer(wrapped), httptest.NewServer(none)
 	t.Cleanup(srv.Close)
-	return conformanceClient{base: srv.URL, client: srv.Client()}
+	t.Cleanup(noneSrv.Close)
+	return conformanceClient{base: srv.URL, client: srv.Client(), absent: &conformanceClient{base: noneSrv.URL, client: noneSrv.Client()}}
+}
+
+// CallUnhandled makes the call on a mux that routes it nowhere.
+func (c conformanceClient) CallUnhandled(ctx context.Context, f conformance.Fixture, req conformance.Request) conformance.Result {
+	return c.absent.Call(ctx, f, req, "")
 }
 
 // fail is how a net/http handler fails. net/http's own error, a status, is
@@ -118,6 +127,7 @@ func (m inMemory) RoundTrip(req *http.Request) (*http.Response, error) {
 type conformanceClient struct {
 	base   string
 	client *http.Client
+	absent *conformanceClient
 }
 
 func (c conformanceClient) do(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) (*http.Response, error) {
@@ -191,6 +201,9 @@ func result(resp *http.Response, body []byte, readErr error) conformance.Result 
 	var own middleware.Envelope
 	res.EngineDetail = json.Unmarshal(body, &own) == nil && own.Error != nil && own.ExecutionID == env.ExecutionID
 	res.Status = &conformance.Status{Code: conformance.StatusFromHTTP(resp.StatusCode), Message: strings.TrimSuffix(string(body), "\n"), Detail: resp.Header.Get("X-Conformance-Detail")}
+	if res.Status.Detail == "" && res.Status.Code == conformance.StatusInternal && resp.StatusCode != http.StatusInternalServerError {
+		res.Status.Detail = resp.Status + " " + resp.Header.Get("Content-Type") // a status the suite's codes do not name
+	}
 	if res.EngineDetail {
 		res.Status.Message = own.Error.Message
 	}

@@ -17,6 +17,12 @@ import (
 // as the body, except for CANCELLED: its caller has left, and the status
 // alone says so ([adapter.CarriesDetail]).
 func writeOutcome(w http.ResponseWriter, env middleware.Envelope, err error, status int) {
+	if adapter.Hidden(err) {
+		// What the mux answers for a path it routes nowhere (its
+		// NotFoundHandler): no envelope, nothing of agentsafe.
+		http.Error(w, "404 page not found", http.StatusNotFound)
+		return
+	}
 	h := w.Header()
 	adapter.SetHeaders(h, env)
 	var body []byte

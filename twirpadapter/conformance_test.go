@@ -58,7 +58,17 @@ func (c conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle c
 		rt, url = hs.Client().Transport, hs.URL
 	}
 	hc := &http.Client{Transport: headerCapture{twirpadapter.Transport(rt)}}
-	return conformanceClient{c.newClient(url, hc)}
+	// A Twirp server of another service at the same path prefix: it has no
+	// handler for any TestService path, and answers as Twirp does.
+	elsewhere := testv1.NewElsewhereServer(nil)
+	var none http.RoundTripper = serveInProcess{elsewhere}
+	noneURL := "http://in-process"
+	if !c.inProcess {
+		hs := httptest.NewServer(elsewhere)
+		t.Cleanup(hs.Close)
+		none, noneURL = hs.Client().Transport, hs.URL
+	}
+	return conformanceClient{c: c.newClient(url, hc), absent: c.newClient(noneURL, &http.Client{Transport: headerCapture{none}})}
 }
 
 // serveInProcess answers a request with its handler, on the caller's
@@ -106,7 +116,13 @@ func newFixtureService(handle conformance.Handler) fixtureService {
 		SetHeader: func(ctx context.Context, k, v string) { _ = twirp.SetHTTPResponseHeader(ctx, k, v) }}}
 }
 
-type conformanceClient struct{ c testv1.TestService }
+type conformanceClient struct{ c, absent testv1.TestService }
+
+// CallUnhandled makes the call on a Twirp server that has no handler for
+// its path.
+func (c conformanceClient) CallUnhandled(ctx context.Context, f conformance.Fixture, req conformance.Request) conformance.Result {
+	return conformanceClient{c: c.absent}.Call(ctx, f, req, "")
+}
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
 	if approvalID != "" {
@@ -133,6 +149,10 @@ func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req 
 			if tc == twerr.Code() {
 				res.Status.Code = code
 			}
+		}
+		if res.Status.Code == 2 && res.Status.Detail == "" {
+			// Twirp's own codes (bad_route, malformed) and their meta.
+			res.Status.Detail = string(twerr.Code()) + " " + twerr.Meta("twirp_invalid_route")
 		}
 		for k := range twerr.MetaMap() {
 			res.EngineDetail = res.EngineDetail || strings.HasPrefix(k, "agentsafe_")

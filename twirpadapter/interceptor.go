@@ -44,6 +44,9 @@ func interceptor(eng *middleware.Engine) twirp.Interceptor {
 				}
 				return attempt(ctx, next, in)
 			})
+			if adapter.Hidden(err) {
+				return nil, absent(w)
+			}
 			// The finalized attempt comes back on failure too (nil when none
 			// returned in time): its headers go out with its response or its
 			// error, as Twirp would send them. SetHeaders replaces a

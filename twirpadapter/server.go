@@ -67,15 +67,19 @@ func Wrap[S TwirpServer](eng *middleware.Engine, newServer func(opts ...any) S, 
 }
 
 // wire is what the interceptor needs of the HTTP exchange and Twirp does
-// not show it: the request's headers, and the response's.
-type wire struct{ req, resp http.Header }
+// not show it: the request's headers, and the response's; the request's
+// method and path, for a hidden call's bad_route.
+type wire struct {
+	req, resp    http.Header
+	method, path string
+}
 
 type wireKey struct{}
 
 // ServeHTTP makes the request's and the response's headers visible to the
 // interceptor, then serves the request with the wrapped server.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), wireKey{}, &wire{r.Header, w.Header()})))
+	s.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), wireKey{}, &wire{r.Header, w.Header(), r.Method, r.URL.Path})))
 }
 
 // PathPrefix returns the wrapped server's path prefix, for routing.

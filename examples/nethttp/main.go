@@ -30,20 +30,30 @@ func main() {
 	}
 }
 
-func run() error {
-	reg := middleware.NewRegistry().
+// registry holds the routes' capabilities.
+func registry() *middleware.Registry {
+	return middleware.NewRegistry().
 		Register("get-order", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second,
 			Retry: middleware.Retry{MaxRetries: 2, Backoff: 20 * time.Millisecond}}).
 		Register("refund-order", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 2 * time.Second,
 			Retry: middleware.Retry{MaxRetries: 1, Backoff: 20 * time.Millisecond}})
-	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf method options
+}
+
+// routes serves svc, each route governed by eng.
+func routes(eng *middleware.Engine, svc *orders.Service) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /orders/{id}", nethttpadapter.Wrap(eng, "get-order", getOrder(svc)))          // one line
+	mux.Handle("POST /orders/{id}/refund", nethttpadapter.Wrap(eng, "refund-order", refund(svc))) // one line
+	return mux
+}
+
+func run() error {
+	eng, err := middleware.New(registry(), middleware.WithProtoFiles(nil)) // routes only: no protobuf method options
 	if err != nil {
 		return err
 	}
 	svc := orders.New()
-	mux := http.NewServeMux()
-	mux.Handle("GET /orders/{id}", nethttpadapter.Wrap(eng, "get-order", getOrder(svc)))          // one line
-	mux.Handle("POST /orders/{id}/refund", nethttpadapter.Wrap(eng, "refund-order", refund(svc))) // one line
+	mux := routes(eng, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

@@ -41,6 +41,13 @@ type report struct {
 	// MCPTools lists the tools the MCP bridge offers; MCPRead is a tool call.
 	MCPTools []string
 	MCPRead  result
+	// Denied is a refund over the limit, denied by a policy.
+	Denied result
+	// Inventory is the engine's inventory; Check and CheckExit what the
+	// drift gate said of a change that widens it.
+	Inventory []byte
+	Check     string
+	CheckExit int
 }
 
 // approver decides approvals: automatically as the manager, or by waiting
@@ -119,6 +126,14 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 	if err := a.mcp(ctx, &r); err != nil {
 		return r, err
 	}
+
+	a.title("9. A refund over the limit: the refund-limit policy denies it; nothing runs, no approval is asked for")
+	r.Denied = a.show(unary(ctx, a.client.RefundOrder, &ordersv1.RefundOrderRequest{OrderId: "43", AmountCents: 6_000_00, Reason: "a very large refund"}, ""))
+
+	a.title("10. What agents can reach, as a CI drift gate sees it")
+	if err := a.inventory(ctx, &r); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
@@ -193,7 +208,10 @@ func (a *scriptedAgent) show(res any, env middleware.Envelope, err error) result
 	for _, run := range r.Runs {
 		fmt.Fprintf(a.out, "   handler: %s attempt %d key %s… %s\n", run.ExecutionID, run.Attempt, run.IdempotencyKey[:12], run.What)
 	}
-	r.Events = a.s.audit.Execution(env.ExecutionID)
+	// Sinks are delivered asynchronously: wait for the final event.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	r.Events, _ = a.s.audit.WaitFinal(ctx, env.ExecutionID)
+	cancel()
 	fmt.Fprintf(a.out, "   audit trail of %s:\n", env.ExecutionID)
 	print(a.out, r.Events)
 	return r

@@ -1,8 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"flag"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/agentsafetest"
+	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
+	"github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1/ordersv1connect"
+	"github.com/agentsafe/agentsafe/examples/internal/orders"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
@@ -85,9 +99,22 @@ func checkStory(t *testing.T, r report) {
 	if r.AskCancel.Code != middleware.CodeApprovalRequired || r.CancelRejected.Code != middleware.CodeApprovalRejected || len(r.CancelRejected.Runs) != 0 {
 		t.Errorf("cancel: %+v / %+v", r.AskCancel, r.CancelRejected)
 	}
-	// 8. MCP: every governed procedure is a tool; a tool call is governed.
-	if len(r.MCPTools) != 5 || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
+	// 8. MCP: every procedure exposed on MCP is a tool (not CancelOrder);
+	// a tool call is governed.
+	if !slices.Equal(r.MCPTools, []string{"export_report", "get_order", "notify_customer", "refund_order"}) || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
 		t.Errorf("mcp: tools %v, read %+v", r.MCPTools, r.MCPRead)
+	}
+	// 9. The refund over the limit is denied by the policy; nothing ran.
+	if r.Denied.Code != middleware.CodePolicyDenied || len(r.Denied.Runs) != 0 || r.Denied.ApprovalID != "" {
+		t.Errorf("denied: %+v", r.Denied)
+	}
+	// 10. The inventory is the committed one; exposing CancelOrder on MCP
+	// is a widening the gate fails.
+	if committed, err := os.ReadFile(inventoryFile); err != nil || !bytes.Equal(r.Inventory, committed) {
+		t.Errorf("the printed inventory is not %s (%v)", inventoryFile, err)
+	}
+	if r.CheckExit != 1 || !strings.Contains(r.Check, "widening  /orders.v1.OrderService/CancelOrder  exposed on mcp") || !strings.Contains(r.Check, "1 widening, 0 narrowing, 0 neutral") {
+		t.Errorf("check exited %d:\n%s", r.CheckExit, r.Check)
 	}
 }
 
@@ -98,4 +125,83 @@ func hasEvent(evs []middleware.Event, t middleware.EventType) bool {
 		}
 	}
 	return false
+}
+
+var update = flag.Bool("update", false, "rewrite the committed inventory")
+
+// TestTheInventoryIsCommitted: agentsafe.json is the engine's inventory
+// as it is now (go test -update rewrites it); the drift gate compares
+// changes against it.
+func TestTheInventoryIsCommitted(t *testing.T) {
+	s, err := newServer(approvalstore.NewMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := s.eng.WriteSnapshot(&got); err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(inventoryFile, got.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(inventoryFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("the engine's inventory differs from %s (go test -update rewrites it):\n%s", inventoryFile, got.Bytes())
+	}
+}
+
+// TestALargeRefundWaitsForTheManager runs the service in process on the
+// test kit's engine, in a synctest bubble: the approval is found and
+// decided with the kit's probe, and expires on the fake clock.
+func TestALargeRefundWaitsForTheManager(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
+		eng := agentsafetest.NewEngine(t, nil, governance()...)
+		svc := orders.New()
+		mux := http.NewServeMux()
+		mux.Handle(routes(eng.Engine, svc))
+		client := ordersv1connect.NewOrderServiceClient(&http.Client{Transport: inProcess{mux}}, "http://orders.test",
+			connect.WithInterceptors(bearer("agent-token")))
+		big := &ordersv1.RefundOrderRequest{OrderId: "43", AmountCents: 1_500_00, Reason: "returned"}
+
+		_, env, err := unary(t.Context(), client.RefundOrder, big, "")
+		if env.Error == nil || env.Error.Code != middleware.CodeApprovalRequired {
+			t.Fatalf("a large refund: %+v (%v)", env, err)
+		}
+		approval, err := eng.PendingApproval(t.Context(), env.ExecutionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if approval.Record.View != "refund 1500.00 EUR on order 43" {
+			t.Errorf("the manager sees %q", approval.Record.View)
+		}
+		if _, err := approval.Approve(t.Context(), manager); err != nil {
+			t.Fatal(err)
+		}
+		if _, resumed, err := unary(t.Context(), client.RefundOrder, big, env.ApprovalID); err != nil || svc.Gateway.Refunds() != 1 {
+			t.Fatalf("the resumed refund: %+v (%v), %d gateway refunds", resumed, err, svc.Gateway.Refunds())
+		}
+
+		// A second large refund nobody decides: it expires, on the fake clock.
+		again := &ordersv1.RefundOrderRequest{OrderId: "42", AmountCents: 1_200_00, Reason: "returned"}
+		_, env, _ = unary(t.Context(), client.RefundOrder, again, "")
+		time.Sleep(16 * time.Minute)
+		if _, expired, _ := unary(t.Context(), client.RefundOrder, again, env.ApprovalID); expired.Error == nil || expired.Error.Code != middleware.CodeApprovalExpired {
+			t.Fatalf("resuming after 16 minutes: %+v", expired)
+		}
+	})
+}
+
+// inProcess serves requests with a handler, through no socket: a
+// synctest bubble can run it.
+type inProcess struct{ h http.Handler }
+
+func (p inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	w := httptest.NewRecorder()
+	p.h.ServeHTTP(w, req)
+	return w.Result(), nil
 }

@@ -44,11 +44,7 @@ type server struct {
 
 func newServer(store store.ApprovalStore) (*server, error) {
 	s := &server{svc: orders.New(), audit: &agentsafetest.Recorder{}}
-	eng, err := middleware.New(nil, // the capabilities are the method options in orders.proto
-		middleware.WithApprovalStore(store),
-		middleware.WithActor(actorFromContext),
-		middleware.WithApprovalCondition(orders.NeedsApproval),
-		middleware.WithApprovalView(approvalView),
+	eng, err := newEngine(nil, store, // the capabilities are the method options in orders.proto
 		middleware.WithEventSink(s.audit),
 		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
 	)
@@ -57,8 +53,7 @@ func newServer(store store.ApprovalStore) (*server, error) {
 	}
 	s.eng = eng
 	mux := http.NewServeMux()
-	mux.Handle(ordersv1connect.NewOrderServiceHandler(handler{s.svc},
-		connect.WithInterceptors(authenticate{}, connectadapter.NewInterceptor(eng)))) // the one line
+	mux.Handle(routes(eng, s.svc))
 	mux.Handle("/console/", basicAuthChallenge(http.StripPrefix("/console", approvalconsole.New(eng, managerFromBasicAuth))))
 	// The same procedures as MCP tools for agents, through the same handler
 	// stack: authentication and agentsafe run exactly as for Connect calls.
@@ -66,9 +61,37 @@ func newServer(store store.ApprovalStore) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	mux.Handle("/mcp", bridge.Handler(nil))
+	// The MCP endpoint authenticates too: tool listings ask the policies
+	// about the agent that lists.
+	mux.Handle("/mcp", authenticateHTTP(bridge.Handler(nil)))
 	s.http = &http.Server{Handler: mux}
 	return s, nil
+}
+
+// newEngine builds the order service's engine: the capabilities of
+// orders.proto (replaced by reg's entries), who the caller is, when a
+// refund needs a manager, which refunds no agent may make, and what
+// approvers see.
+func newEngine(reg *middleware.Registry, store store.ApprovalStore, opts ...middleware.Option) (*middleware.Engine, error) {
+	return middleware.New(reg, append(append(governance(), middleware.WithApprovalStore(store)), opts...)...)
+}
+
+// governance is every engine option of the service but its approval
+// store and sinks.
+func governance() []middleware.Option {
+	return []middleware.Option{
+		middleware.WithActor(actorFromContext),
+		middleware.WithApprovalCondition(orders.NeedsApproval), // the policy "approval-condition"
+		middleware.WithPolicy(orders.RefundLimit{}),            // the policy "refund-limit"
+		middleware.WithApprovalView(approvalView),
+	}
+}
+
+// routes is the service's handler stack for eng: authentication, then
+// the agentsafe interceptor.
+func routes(eng *middleware.Engine, svc *orders.Service) (string, http.Handler) {
+	return ordersv1connect.NewOrderServiceHandler(handler{svc},
+		connect.WithInterceptors(authenticate{}, connectadapter.NewInterceptor(eng))) // the one line
 }
 
 // start serves on addr ("127.0.0.1:0" for any free port).
@@ -104,6 +127,19 @@ func (authenticate) WrapStreamingClient(next connect.StreamingClientFunc) connec
 }
 func (authenticate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
+}
+
+// authenticateHTTP is the same authentication for plain HTTP endpoints
+// (the MCP bridge's): the verified actor goes in the request's context.
+func authenticateHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := tokens[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+		if !ok {
+			http.Error(w, "unknown bearer token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, a)))
+	})
 }
 
 func actorFromContext(ctx context.Context) (middleware.Actor, error) {

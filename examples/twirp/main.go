@@ -35,9 +35,7 @@ func run() error {
 		return err
 	}
 	svc := orders.New()
-	srv := twirpadapter.Wrap(eng, func(opts ...any) ordersv1.TwirpServer { // the one line
-		return ordersv1.NewOrderServiceServer(twirpErrors{svc}, opts...)
-	})
+	srv := server(eng, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -65,6 +63,13 @@ func run() error {
 	}
 	fmt.Printf("NotifyCustomer: %s %s after %d attempt (external: never retried), safe to re-invoke: %t\n", env.Status, env.Error.Code, env.Attempts, env.Error.Retryable)
 	return nil
+}
+
+// server is the order service over Twirp, governed by eng.
+func server(eng *middleware.Engine, svc *orders.Service) *twirpadapter.Server {
+	return twirpadapter.Wrap(eng, func(opts ...any) ordersv1.TwirpServer { // the one line
+		return ordersv1.NewOrderServiceServer(twirpErrors{svc}, opts...)
+	})
 }
 
 // twirpErrors maps the service's business errors to Twirp errors the

@@ -21,6 +21,10 @@ var Resolve func(engine any, procedure string) any
 // to the wire unchanged. Installed by package middleware.
 var HandlerError func(err error) (error, bool)
 
+// Hidden reports whether err is the outcome of a call answered as if its
+// procedure had no handler. Installed by package middleware.
+var Hidden func(err error) bool
+
 // Call is one incoming call, as the SPI hands it to the engine.
 type Call struct {
 	// Input is the call's input in bindable form; nil means nothing to bind.

@@ -96,7 +96,7 @@ var walls = []wall{
 	},
 	{
 		rule: "extensions see only the engine: no adapter, no store implementation",
-		who:  anyOf([]string{"approvalconsole", "agentsafeotel"}), what: anyOf(append(slices.Clone(adapters), stores...)), transitive: true,
+		who:  anyOf([]string{"approvalconsole", "agentsafeotel", "agentsafecel"}), what: anyOf(append(slices.Clone(adapters), stores...)), transitive: true,
 	},
 	{
 		rule: "conformance knows the engine and the seams (memory stores as defaults), never a concrete adapter",

@@ -22,6 +22,9 @@
 //	}, func(ctx context.Context) (*sink, error) { // one attempt: its own input and sink
 //		...
 //	})
+//	if adapter.Hidden(err) {
+//		return frameworkNotFound()                //    hidden: what a missing procedure gets, nothing more
+//	}
 //	adapter.SetHeaders(responseHeader, env)       // 8. the envelope on the wire
 //	if own, ok := adapter.HandlerError(err); ok {
 //		return own                                //    the framework's own error, unchanged

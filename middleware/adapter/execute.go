@@ -85,6 +85,7 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 		return t, middleware.Envelope{}, err
 	}
 	call := c.seam()
+	ctx = marked(ctx, &call)
 	v, env, err := r.r.Execute(ctx, &call, func(ctx context.Context) (any, error) {
 		return attempt(ctx)
 	})
@@ -107,6 +108,7 @@ func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx c
 		return middleware.Envelope{}, fn(ctx)
 	}
 	call := c.seam()
+	ctx = marked(ctx, &call)
 	return r.r.ExecuteStream(ctx, &call, fn)
 }
 
@@ -124,6 +126,7 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 		return middleware.Envelope{}, err
 	}
 	call := c.seam()
+	ctx = marked(ctx, &call)
 	return r.r.Refuse(ctx, &call, err)
 }
 

@@ -12,13 +12,14 @@
 package testv1
 
 import (
+	reflect "reflect"
+	sync "sync"
+	unsafe "unsafe"
+
 	_ "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
-	reflect "reflect"
-	sync "sync"
-	unsafe "unsafe"
 )
 
 const (
@@ -230,16 +231,16 @@ const file_testv1_test_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12!\n" +
 	"\fexecution_id\x18\x03 \x01(\tR\vexecutionId\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x12\n" +
-	"\x04note\x18\x05 \x01(\tR\x04note2\x8a\x06\n" +
-	"\vTestService\x12k\n" +
-	"\x04Read\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"*\xfa\xa4\x19&\b\x02\x1a\x14Reads a test record.*\x02\b\x012\b\b\x02\x12\x04\x10\xc0\x84=\x12a\n" +
-	"\x05Write\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"\x1f\xfa\xa4\x19\x1b\b\x03\x10\x02\x1a\x15Writes a test record.\x12\x96\x01\n" +
-	"\x0fIdempotentWrite\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"J\xfa\xa4\x19F\b\x03\x1a6Writes a test record, deduplicated by idempotency key. \x012\b\b\x01\x12\x04\x10\xc0\x84=\x12]\n" +
-	"\x04Slow\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"\x1c\xfa\xa4\x19\x18\b\x02\x1a\rReads slowly.*\x05\x10\x80\xe1\xeb\x17\x12\x87\x01\n" +
-	"\x05Gated\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"E\xfa\xa4\x19A\b\x03\x10\x03\x1a.Writes a test record after a manager approves.:\v\b\x01\x12\amanager\x12E\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note2\xa8\x06\n" +
+	"\vTestService\x12p\n" +
+	"\x04Read\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"/\xfa\xa4\x19+\b\x02\x1a\x14Reads a test record.*\x02\b\x012\b\b\x02\x12\x04\x10\xc0\x84=J\x03\x01\x02\x03\x12f\n" +
+	"\x05Write\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"$\xfa\xa4\x19 \b\x03\x10\x02\x1a\x15Writes a test record.J\x03\x01\x02\x03\x12\x9b\x01\n" +
+	"\x0fIdempotentWrite\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"O\xfa\xa4\x19K\b\x03\x1a6Writes a test record, deduplicated by idempotency key. \x012\b\b\x01\x12\x04\x10\xc0\x84=J\x03\x01\x02\x03\x12b\n" +
+	"\x04Slow\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"!\xfa\xa4\x19\x1d\b\x02\x1a\rReads slowly.*\x05\x10\x80\xe1\xeb\x17J\x03\x01\x02\x03\x12\x8c\x01\n" +
+	"\x05Gated\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"J\xfa\xa4\x19F\b\x03\x10\x03\x1a.Writes a test record after a manager approves.:\v\b\x01\x12\amanagerJ\x03\x01\x02\x03\x12E\n" +
 	"\n" +
-	"Ungoverned\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\x12b\n" +
-	"\x06Stream\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"\x1d\xfa\xa4\x19\x19\b\x02\x1a\x15Streams test records.0\x01BAZ?github.com/agentsafe/agentsafe/internal/testproto/testv1;testv1b\x06proto3"
+	"Ungoverned\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\x12g\n" +
+	"\x06Stream\x12\x1a.agentsafe.test.v1.Request\x1a\x1b.agentsafe.test.v1.Response\"\"\xfa\xa4\x19\x1e\b\x02\x1a\x15Streams test records.J\x03\x01\x02\x030\x01BAZ?github.com/agentsafe/agentsafe/internal/testproto/testv1;testv1b\x06proto3"
 
 var (
 	file_testv1_test_proto_rawDescOnce sync.Once

@@ -37,7 +37,9 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// TestService has one method per capability shape under test.
+// TestService has one method per capability shape under test. Every
+// governed method is exposed on every surface, MCP included (which is
+// opt-in), so that the MCP bridge's tests reach them all.
 type TestServiceClient interface {
 	// Read is a read with runtime retries: at most 3 runs (1 + 2 re-attempts),
 	// 1ms backoff, 1s per attempt.
@@ -149,7 +151,9 @@ type TestService_StreamClient = grpc.ServerStreamingClient[Response]
 // All implementations must embed UnimplementedTestServiceServer
 // for forward compatibility.
 //
-// TestService has one method per capability shape under test.
+// TestService has one method per capability shape under test. Every
+// governed method is exposed on every surface, MCP included (which is
+// opt-in), so that the MCP bridge's tests reach them all.
 type TestServiceServer interface {
 	// Read is a read with runtime retries: at most 3 runs (1 + 2 re-attempts),
 	// 1ms backoff, 1s per attempt.

@@ -40,7 +40,9 @@ type OrderServiceClient interface {
 	// be retried once. Refunds over the threshold need a manager's approval
 	// (a condition the server applies per call).
 	RefundOrder(ctx context.Context, in *RefundOrderRequest, opts ...grpc.CallOption) (*RefundOrderResponse, error)
-	// CancelOrder cancels an order for good: always approved first.
+	// CancelOrder cancels an order for good: always approved first. It is
+	// served over RPC and HTTP only (the default exposure): agents on MCP
+	// never see it.
 	CancelOrder(ctx context.Context, in *CancelOrderRequest, opts ...grpc.CallOption) (*CancelOrderResponse, error)
 	// NotifyCustomer sends an email: an external effect, never retried.
 	NotifyCustomer(ctx context.Context, in *NotifyCustomerRequest, opts ...grpc.CallOption) (*NotifyCustomerResponse, error)
@@ -117,7 +119,9 @@ type OrderServiceServer interface {
 	// be retried once. Refunds over the threshold need a manager's approval
 	// (a condition the server applies per call).
 	RefundOrder(context.Context, *RefundOrderRequest) (*RefundOrderResponse, error)
-	// CancelOrder cancels an order for good: always approved first.
+	// CancelOrder cancels an order for good: always approved first. It is
+	// served over RPC and HTTP only (the default exposure): agents on MCP
+	// never see it.
 	CancelOrder(context.Context, *CancelOrderRequest) (*CancelOrderResponse, error)
 	// NotifyCustomer sends an email: an external effect, never retried.
 	NotifyCustomer(context.Context, *NotifyCustomerRequest) (*NotifyCustomerResponse, error)

@@ -61,7 +61,9 @@ type OrderServiceClient interface {
 	// be retried once. Refunds over the threshold need a manager's approval
 	// (a condition the server applies per call).
 	RefundOrder(context.Context, *connect.Request[v1.RefundOrderRequest]) (*connect.Response[v1.RefundOrderResponse], error)
-	// CancelOrder cancels an order for good: always approved first.
+	// CancelOrder cancels an order for good: always approved first. It is
+	// served over RPC and HTTP only (the default exposure): agents on MCP
+	// never see it.
 	CancelOrder(context.Context, *connect.Request[v1.CancelOrderRequest]) (*connect.Response[v1.CancelOrderResponse], error)
 	// NotifyCustomer sends an email: an external effect, never retried.
 	NotifyCustomer(context.Context, *connect.Request[v1.NotifyCustomerRequest]) (*connect.Response[v1.NotifyCustomerResponse], error)
@@ -156,7 +158,9 @@ type OrderServiceHandler interface {
 	// be retried once. Refunds over the threshold need a manager's approval
 	// (a condition the server applies per call).
 	RefundOrder(context.Context, *connect.Request[v1.RefundOrderRequest]) (*connect.Response[v1.RefundOrderResponse], error)
-	// CancelOrder cancels an order for good: always approved first.
+	// CancelOrder cancels an order for good: always approved first. It is
+	// served over RPC and HTTP only (the default exposure): agents on MCP
+	// never see it.
 	CancelOrder(context.Context, *connect.Request[v1.CancelOrderRequest]) (*connect.Response[v1.CancelOrderResponse], error)
 	// NotifyCustomer sends an email: an external effect, never retried.
 	NotifyCustomer(context.Context, *connect.Request[v1.NotifyCustomerRequest]) (*connect.Response[v1.NotifyCustomerResponse], error)

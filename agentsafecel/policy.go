@@ -1,0 +1,201 @@
+package agentsafecel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/google/cel-go/cel"
+)
+
+// Rule is one decision and the CEL expression that says when it applies.
+type Rule struct {
+	// When is a CEL expression of type bool over the package's variables.
+	When string
+	// Then is the decision when When holds: middleware.Hide(),
+	// middleware.Deny(reason), middleware.RequireApproval(reason), or
+	// middleware.Allow() (which decides nothing).
+	Then middleware.PolicyDecision
+}
+
+// costLimit bounds the work of one rule's evaluation, so that a rule can
+// never stall the calls it judges.
+const costLimit = 100_000
+
+// New compiles rules into a policy named name. It reports every rule that
+// does not compile or is not of type bool, all at once, naming each.
+func New(name string, rules ...Rule) (middleware.Policy, error) {
+	if name == "" {
+		return nil, errors.New("agentsafecel: a policy needs a name")
+	}
+	env, err := cel.NewEnv(
+		cel.Variable("actor", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("procedure", cel.StringType),
+		cel.Variable("capability", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("surface", cel.StringType),
+		cel.Variable("listing", cel.BoolType),
+		cel.Variable("input", cel.DynType),
+		cel.CrossTypeNumericComparisons(true),
+	)
+	if err != nil {
+		return nil, err
+	}
+	p := &policy{name: name}
+	var problems []error
+	for i, r := range rules {
+		ast, iss := env.Compile(r.When)
+		if iss.Err() != nil {
+			problems = append(problems, fmt.Errorf("agentsafecel: %s rule %d %q: %w", name, i, r.When, iss.Err()))
+			continue
+		}
+		if ast.OutputType() != cel.BoolType {
+			problems = append(problems, fmt.Errorf("agentsafecel: %s rule %d %q: is of type %s, want bool", name, i, r.When, ast.OutputType()))
+			continue
+		}
+		prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.InterruptCheckFrequency(100))
+		if err != nil {
+			problems = append(problems, fmt.Errorf("agentsafecel: %s rule %d %q: %w", name, i, r.When, err))
+			continue
+		}
+		readsInput := false
+		for _, ref := range ast.NativeRep().ReferenceMap() {
+			readsInput = readsInput || ref.Name == "input"
+		}
+		kind, reason := classify(r.Then)
+		p.rules = append(p.rules, rule{Rule: r, prg: prg, readsInput: readsInput, kind: kind, reason: reason})
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	return p, nil
+}
+
+type policy struct {
+	name  string
+	rules []rule
+}
+
+type rule struct {
+	Rule
+	prg        cel.Program
+	readsInput bool
+	kind       kind
+	reason     string
+}
+
+// kind is what a rule's decision does, strongest last.
+type kind int
+
+const (
+	allow kind = iota
+	requireApproval
+	deny
+	hide
+)
+
+// classify reads a decision back: its kind and reason, from its String
+// form, checked by making the decision again from them.
+func classify(d middleware.PolicyDecision) (kind, string) {
+	if d == middleware.Hide() {
+		return hide, ""
+	}
+	if r, ok := strings.CutPrefix(d.String(), "deny: "); ok && d == middleware.Deny(r) {
+		return deny, r
+	}
+	if r, ok := strings.CutPrefix(d.String(), "require_approval: "); ok && d == middleware.RequireApproval(r) {
+		return requireApproval, r
+	}
+	return allow, ""
+}
+
+func (p *policy) Name() string { return p.name }
+
+// Decide evaluates the rules in order and composes what matched.
+func (p *policy) Decide(ctx context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
+	vars := map[string]any{
+		"actor":      map[string]any{"id": in.Actor.ID, "tenant": in.Actor.Tenant, "kind": in.Actor.Kind, "onBehalfOf": onBehalfOf(in.Actor)},
+		"procedure":  in.Procedure,
+		"capability": capability(in.Capability),
+		"surface":    in.Surface.String(),
+		"listing":    in.Listing,
+		"input":      nil,
+	}
+	inputRead := false
+	var denial *string
+	var reasons []string
+	for i, r := range p.rules {
+		if r.readsInput {
+			if in.Listing {
+				continue // nothing to judge
+			}
+			if !inputRead {
+				doc, err := input(in)
+				if err != nil {
+					return middleware.Allow(), err
+				}
+				vars["input"], inputRead = doc, true
+			}
+		}
+		out, _, err := r.prg.ContextEval(ctx, vars)
+		if err != nil {
+			return middleware.Allow(), fmt.Errorf("rule %d %q: %w", i, r.When, err)
+		}
+		if matched, _ := out.Value().(bool); !matched {
+			continue
+		}
+		switch r.kind {
+		case hide:
+			return middleware.Hide(), nil
+		case deny:
+			if denial == nil {
+				denial = &r.reason
+			}
+		case requireApproval:
+			reasons = append(reasons, r.reason)
+		}
+	}
+	switch {
+	case denial != nil:
+		return middleware.Deny(*denial), nil
+	case len(reasons) > 0:
+		return middleware.RequireApproval(strings.Join(reasons, "; ")), nil
+	}
+	return middleware.Allow(), nil
+}
+
+// input is the call's input, decoded; nil without one.
+func input(in middleware.PolicyInput) (any, error) {
+	doc, err := in.Input()
+	if err != nil || doc == nil {
+		return nil, err
+	}
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func onBehalfOf(a middleware.Actor) []any {
+	out := make([]any, len(a.OnBehalfOf))
+	for i, id := range a.OnBehalfOf {
+		out[i] = id
+	}
+	return out
+}
+
+func capability(c middleware.Capability) map[string]any {
+	return map[string]any{
+		"sideEffect":       c.SideEffect.String(),
+		"risk":             c.Risk.String(),
+		"idempotent":       c.Idempotent,
+		"writeLike":        c.SideEffect.WriteLike(),
+		"approvalRequired": c.Approval.Required,
+		"approvalType":     c.Approval.Type,
+		"toolName":         c.ToolName,
+		"description":      c.Description,
+	}
+}

@@ -1,0 +1,10 @@
+package agentsafetest_test
+
+import (
+	"testing"
+
+	"github.com/agentsafe/agentsafe/internal/testenv"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }

@@ -1,0 +1,80 @@
+// Command agentsafe writes the inventory of what agentsafe governs, and
+// compares two inventories, so that a CI job fails when a change widens
+// what agents can reach.
+//
+//	agentsafe snapshot --descriptors set.binpb [--descriptors more.binpb] [--registry reg.json] > agentsafe.json
+//	agentsafe check OLD NEW
+//
+// snapshot reads protobuf descriptor sets (buf build -o set.binpb, or
+// protoc --include_imports --descriptor_set_out=set.binpb), takes the
+// capabilities their agentsafe.v1.capability method options declare, and
+// merges the registry file's entries over them, as middleware.New does
+// with a Go registry; it writes the same JSON inventory as
+// Engine.WriteSnapshot. It never builds or runs the application's code.
+//
+// The registry file is JSON in the inventory's own form (an inventory is a
+// valid registry file): {"policies": [names], "capabilities":
+// [{"procedure": "/pkg.Service/Method" or a net/http route name,
+// "sideEffect", "risk", "idempotent", "streaming", "timeout", "retry":
+// {"maxRetries", "backoff"}, "approval": {"required", "type", "quorum",
+// "expiresIn"}, "exposure", "dedup", "toolName", "description"}]}. Only
+// "procedure" and "sideEffect" are required; durations are Go durations.
+// "policies" names the policies the application installs with
+// middleware.WithPolicy (and "approval-condition" for
+// WithApprovalCondition), which the command cannot see in code.
+//
+// check reads two inventories and classifies every difference:
+//
+//   - widening: a new write-like capability (or one that became
+//     write-like), a removed approval or a lower quorum, an added retry, a
+//     longer timeout, a new exposure, a removed policy;
+//   - narrowing: the reverse of those, and a removed capability;
+//   - neutral: everything else (descriptions, risk, tool names, a new
+//     read).
+//
+// It prints a table, one change per line, and exits 0 when nothing
+// widens, 1 when something does, and 2 for a usage or input error (an
+// unreadable or malformed file, an invalid capability).
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// The exit codes.
+const (
+	exitOK       = 0
+	exitWidening = 1
+	exitUsage    = 2
+)
+
+const usage = `usage:
+  agentsafe snapshot --descriptors set.binpb [--descriptors more.binpb] [--registry reg.json]
+  agentsafe check OLD NEW
+
+snapshot writes the JSON inventory of the capabilities the descriptor sets
+and the registry file declare; check compares two inventories and exits 1
+when the second widens what agents can reach, 2 on a usage or input error.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "snapshot":
+		return snapshotCommand(args[1:], stdout, stderr)
+	case "check":
+		return checkCommand(args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "agentsafe: unknown command %q\n%s", args[0], usage)
+	return exitUsage
+}

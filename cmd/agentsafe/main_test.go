@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agentsafe/agentsafe/internal/testenv"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
+
+// exampleInventory is the refund example's inventory, as its engine
+// writes it (examples/refund keeps it current with its own test).
+const exampleInventory = "../../examples/refund/agentsafe.json"
+
+// agentsafe runs the command and returns its exit status and output.
+func agentsafe(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestTheSnapshotOfTheExampleServiceIsByteStable(t *testing.T) {
+	want, err := os.ReadFile(exampleInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"testdata/orders.binpb", "testdata/orders-without-imports.binpb"} {
+		t.Run(filepath.Base(set), func(t *testing.T) {
+			var runs []string
+			for range 3 {
+				code, out, errOut := agentsafe("snapshot", "--descriptors", set, "--registry", "testdata/refund.registry.json")
+				if code != exitOK {
+					t.Fatalf("exit %d: %s", code, errOut)
+				}
+				runs = append(runs, out)
+			}
+			if runs[0] != runs[1] || runs[1] != runs[2] {
+				t.Fatal("three snapshots of the same input differ")
+			}
+			// The command, from descriptors and a file, writes what the
+			// application's engine writes from its linked code.
+			if runs[0] != string(want) {
+				t.Errorf("the command's inventory differs from %s, the example engine's:\n%s", exampleInventory, runs[0])
+			}
+		})
+	}
+}
+
+func TestARegistryEntryReplacesTheOption(t *testing.T) {
+	reg := writeJSON(t, map[string]any{"capabilities": []map[string]any{{
+		"procedure": "/orders.v1.OrderService/CancelOrder", "sideEffect": "destructive", "timeout": "5s",
+		"approval": map[string]any{"required": true, "quorum": 2}, "exposure": []string{"rpc"},
+	}}})
+	code, out, errOut := agentsafe("snapshot", "--descriptors", "testdata/orders.binpb", "--registry", reg)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var inv registryJSON
+	if err := json.Unmarshal([]byte(out), &inv); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == "/orders.v1.OrderService/CancelOrder" })
+	c := inv.Capabilities[i]
+	// As a whole: the option's risk and type are gone with it.
+	if c.Timeout != "5s" || c.Approval.Quorum != 2 || c.Approval.Type != "" || c.Risk != "low" || !slices.Equal(c.Exposure, []string{"rpc"}) || len(inv.Capabilities) != 5 {
+		t.Errorf("CancelOrder: %+v", c)
+	}
+}
+
+// base is the example's inventory, decoded, for the edits below.
+func base(t *testing.T) registryJSON {
+	t.Helper()
+	inv, err := readInventory(exampleInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
+func capability(inv *registryJSON, method string) *capabilityJSON {
+	for i := range inv.Capabilities {
+		if inv.Capabilities[i].Procedure == "/orders.v1.OrderService/"+method {
+			return &inv.Capabilities[i]
+		}
+	}
+	panic("no capability " + method)
+}
+
+func writeJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "inventory.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const cancelOrder = "/orders.v1.OrderService/CancelOrder"
+
+// TestCheckClassifiesEveryChange: one edit per kind of change, each
+// classified as the drift gate promises.
+func TestCheckClassifiesEveryChange(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		old, new func(*registryJSON) // nil: the example's inventory as it is
+		want     []string            // "class procedure what"
+	}{
+		{name: "no change", want: nil},
+		{name: "a new write-like capability", new: func(inv *registryJSON) {
+			inv.Capabilities = append(inv.Capabilities, capabilityJSON{Procedure: "/orders.v1.OrderService/DeleteOrder", SideEffect: "destructive",
+				Timeout: "30s", Exposure: []string{"rpc", "http"}, Retry: retryJSON{Backoff: "250ms"}, Approval: approvalJSON{Quorum: 1, ExpiresIn: "15m0s"}, Dedup: "0s"})
+		}, want: []string{"widening /orders.v1.OrderService/DeleteOrder new destructive capability, exposed on [rpc http]"}},
+		{name: "a capability that became write-like", new: func(inv *registryJSON) { capability(inv, "ExportReport").SideEffect = "external" },
+			want: []string{"widening /orders.v1.OrderService/ExportReport side effect read → external: now write-like"}},
+		{name: "a removed approval", new: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Required = false },
+			want: []string{"widening " + cancelOrder + " approval no longer required"}},
+		{name: "a lower quorum", old: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Quorum = 2 },
+			want: []string{"widening " + cancelOrder + " approval quorum 2 → 1"}},
+		{name: "an added retry", new: func(inv *registryJSON) { capability(inv, "NotifyCustomer").Retry.MaxRetries = 1 },
+			want: []string{"widening /orders.v1.OrderService/NotifyCustomer retries 0 → 1"}},
+		{name: "a longer timeout", new: func(inv *registryJSON) { capability(inv, "GetOrder").Timeout = "1m0s" },
+			want: []string{"widening /orders.v1.OrderService/GetOrder timeout 2s → 1m0s"}},
+		{name: "a new exposure", new: func(inv *registryJSON) {
+			c := capability(inv, "CancelOrder")
+			c.Exposure = append(c.Exposure, "mcp")
+		}, want: []string{"widening " + cancelOrder + " exposed on mcp"}},
+		{name: "a removed policy", new: func(inv *registryJSON) { inv.Policies = []string{"approval-condition"} },
+			want: []string{`widening - policy "refund-limit" removed`}},
+		{name: "narrowing: an added approval and a higher quorum", new: func(inv *registryJSON) {
+			c := capability(inv, "RefundOrder")
+			c.Approval.Required, c.Approval.Quorum = true, 2
+		}, want: []string{"narrowing /orders.v1.OrderService/RefundOrder approval now required", "narrowing /orders.v1.OrderService/RefundOrder approval quorum 1 → 2"}},
+		{name: "narrowing: fewer retries, a shorter timeout", new: func(inv *registryJSON) {
+			c := capability(inv, "GetOrder")
+			c.Retry.MaxRetries, c.Timeout = 0, "1s"
+		}, want: []string{"narrowing /orders.v1.OrderService/GetOrder timeout 2s → 1s", "narrowing /orders.v1.OrderService/GetOrder retries 2 → 0"}},
+		{name: "narrowing: an exposure, a capability and a policy", new: func(inv *registryJSON) {
+			capability(inv, "ExportReport").Exposure = []string{"rpc", "http"}
+			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == cancelOrder })
+			inv.Policies = append(inv.Policies, "business-hours")
+		}, want: []string{`narrowing - policy "business-hours" added`, "narrowing " + cancelOrder + " capability removed",
+			"narrowing /orders.v1.OrderService/ExportReport no longer exposed on mcp"}},
+		{name: "neutral: a description, a risk, a tool name, a new read", new: func(inv *registryJSON) {
+			c := capability(inv, "GetOrder")
+			c.Description, c.Risk, c.ToolName = "Find an order.", "medium", "find_order"
+			inv.Capabilities = append(inv.Capabilities, capabilityJSON{Procedure: "/orders.v1.OrderService/ListOrders", SideEffect: "read",
+				Timeout: "30s", Exposure: []string{"rpc", "http", "mcp"}})
+		}, want: []string{
+			`neutral /orders.v1.OrderService/GetOrder risk "low" → "medium"`,
+			`neutral /orders.v1.OrderService/GetOrder tool name "" → "find_order"`,
+			`neutral /orders.v1.OrderService/GetOrder description "Look up an order by id." → "Find an order."`,
+			"neutral /orders.v1.OrderService/ListOrders new read capability, exposed on [rpc http mcp]",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, cur := base(t), base(t)
+			if tc.old != nil {
+				tc.old(&old)
+			}
+			if tc.new != nil {
+				tc.new(&cur)
+			}
+			changes, err := compare(old, cur)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range changes {
+				got = append(got, c.class.String()+" "+c.procedure+" "+c.what)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			code, _, errOut := agentsafe("check", writeJSON(t, old), writeJSON(t, cur))
+			wantCode := exitOK
+			if len(tc.want) > 0 && strings.HasPrefix(tc.want[0], "widening") {
+				wantCode = exitWidening
+			}
+			if code != wantCode {
+				t.Errorf("check exited %d, want %d (%s)", code, wantCode, errOut)
+			}
+		})
+	}
+}
+
+func TestCheckPrintsATable(t *testing.T) {
+	cur := base(t)
+	c := capability(&cur, "CancelOrder")
+	c.Exposure = append(c.Exposure, "mcp")
+	capability(&cur, "GetOrder").Timeout = "1s"
+	code, out, _ := agentsafe("check", exampleInventory, writeJSON(t, cur))
+	const want = `CLASS      PROCEDURE                            CHANGE
+widening   /orders.v1.OrderService/CancelOrder  exposed on mcp
+narrowing  /orders.v1.OrderService/GetOrder     timeout 2s → 1s
+1 widening, 1 narrowing, 0 neutral
+`
+	if code != exitWidening || out != want {
+		t.Errorf("exit %d, output:\n%s\nwant:\n%s", code, out, want)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	widened := base(t)
+	capability(&widened, "CancelOrder").Approval.Required = false
+	narrowed := base(t)
+	capability(&narrowed, "RefundOrder").Approval.Required = true
+	var (
+		wider    = writeJSON(t, widened)
+		narrower = writeJSON(t, narrowed)
+		missing  = filepath.Join(dir, "missing.json")
+		notJSON  = file("not.json", "{")
+		v2       = file("v2.json", `{"version": 2, "policies": [], "capabilities": []}`)
+		typo     = file("typo.json", `{"version": 1, "polices": [], "capabilities": []}`)
+		twice    = file("twice.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}, {"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
+		badTime  = file("badtime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "soon"}]}`)
+		okTime   = file("oktime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
+		wrote    = file("wrote.json", `{"capabilities": [{"procedure": "POST /refunds", "sideEffect": "wrote"}]}`)
+		misspelt = file("misspelt.json", `{"capabilities": [{"procedure": "/orders.v1.OrderService/RefundOrdr", "sideEffect": "write"}]}`)
+		route    = file("route.json", `{"policies": ["limits"], "capabilities": [{"procedure": "POST /refunds", "sideEffect": "write", "exposure": ["http", "mcp"]}]}`)
+	)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"no command", nil, exitUsage},
+		{"an unknown command", []string{"inventory"}, exitUsage},
+		{"help", []string{"help"}, exitOK},
+		{"check: one file", []string{"check", exampleInventory}, exitUsage},
+		{"check: three files", []string{"check", exampleInventory, exampleInventory, exampleInventory}, exitUsage},
+		{"check: a missing file", []string{"check", missing, exampleInventory}, exitUsage},
+		{"check: not JSON", []string{"check", exampleInventory, notJSON}, exitUsage},
+		{"check: another version", []string{"check", v2, exampleInventory}, exitUsage},
+		{"check: an unknown field", []string{"check", typo, exampleInventory}, exitUsage},
+		{"check: a procedure listed twice", []string{"check", twice, exampleInventory}, exitUsage},
+		{"check: a duration that is none", []string{"check", okTime, badTime}, exitUsage},
+		{"check: the same inventory", []string{"check", exampleInventory, exampleInventory}, exitOK},
+		{"check: narrowing only", []string{"check", exampleInventory, narrower}, exitOK},
+		{"check: widening", []string{"check", exampleInventory, wider}, exitWidening},
+		{"snapshot: nothing to read", []string{"snapshot"}, exitUsage},
+		{"snapshot: an unknown flag", []string{"snapshot", "--descriptor", "testdata/orders.binpb"}, exitUsage},
+		{"snapshot: a missing set", []string{"snapshot", "--descriptors", missing}, exitUsage},
+		{"snapshot: not a descriptor set", []string{"snapshot", "--descriptors", notJSON}, exitUsage},
+		{"snapshot: an invalid capability", []string{"snapshot", "--registry", wrote}, exitUsage},
+		{"snapshot: a registry name the descriptors lack", []string{"snapshot", "--descriptors", "testdata/orders.binpb", "--registry", misspelt}, exitUsage},
+		{"snapshot: descriptors", []string{"snapshot", "--descriptors", "testdata/orders.binpb"}, exitOK},
+		{"snapshot: a registry of routes alone", []string{"snapshot", "--registry", route}, exitOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := agentsafe(tc.args...)
+			if code != tc.want {
+				t.Errorf("agentsafe %s: exit %d, want %d (%s)", strings.Join(tc.args, " "), code, tc.want, errOut)
+			}
+			if code == exitUsage && errOut == "" {
+				t.Error("a usage or input error says what is wrong")
+			}
+		})
+	}
+}

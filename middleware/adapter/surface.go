@@ -1,0 +1,51 @@
+package adapter
+
+import (
+	"context"
+
+	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+type surfaceKey struct{}
+
+// WithSurface marks the calls made with ctx, in process, as coming in on
+// surface s, whatever adapter serves them: a bridge that turns its own
+// requests into calls of another adapter (the MCP bridge calls Connect
+// handlers in process, on SurfaceMCP) marks them through the request's
+// context, never through a header a remote caller could send. [Execute],
+// [ExecuteStream] and [Refuse] read the mark in place of [Call].Surface and
+// take it off the context the handler sees, so calls the handler makes in
+// turn are not marked. A zero s removes a mark.
+func WithSurface(ctx context.Context, s middleware.Surface) context.Context {
+	return context.WithValue(ctx, surfaceKey{}, s)
+}
+
+// marked applies a surface mark of ctx to call, and returns ctx without it.
+func marked(ctx context.Context, call *seam.Call) context.Context {
+	s, ok := ctx.Value(surfaceKey{}).(middleware.Surface)
+	if !ok || s == 0 {
+		return ctx
+	}
+	call.Surface = uint8(s)
+	return context.WithValue(ctx, surfaceKey{}, middleware.Surface(0))
+}
+
+// Hidden reports whether err, from [Execute], [ExecuteStream] or [Refuse],
+// says the call must be answered exactly as the framework answers a
+// procedure with no handler: a policy hid it, or it came in on a surface
+// its capability is not exposed on. The adapter then writes its
+// framework's not-found response and nothing else — no envelope headers,
+// no detail — as a procedure that does not exist would get: gRPC and
+// Connect's Unimplemented, Twirp's bad_route, the mux's 404, the MCP SDK's
+// unknown-tool error.
+func Hidden(err error) bool { return err != nil && seam.Hidden(err) }
+
+// Listed reports whether the route's capability is listed as a tool on
+// surface s for the caller of ctx (the actor the engine's actor function
+// finds in ctx): it is exposed on s, and no policy hides it when asked with
+// Listing set. A policy's error leaves it out. A route without a
+// capability is never listed.
+func (r Route) Listed(ctx context.Context, s middleware.Surface) bool {
+	return r.r != nil && r.r.Listed(ctx, uint8(s))
+}

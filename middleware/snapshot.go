@@ -1,0 +1,103 @@
+package middleware
+
+import (
+	"encoding/json"
+	"io"
+	"time"
+)
+
+// snapshotVersion is the version of the inventory format WriteSnapshot
+// writes; readers refuse others.
+const snapshotVersion = 1
+
+// snapshot is the inventory WriteSnapshot writes: field order, key names
+// and sorting are the format, so that one engine always writes the same
+// bytes and a diff of two inventories reads as a change of governance.
+type snapshot struct {
+	Version      int                  `json:"version"`
+	Policies     []string             `json:"policies"`
+	Capabilities []snapshotCapability `json:"capabilities"`
+}
+
+type snapshotCapability struct {
+	Procedure   string           `json:"procedure"`
+	SideEffect  string           `json:"sideEffect"`
+	Risk        string           `json:"risk"`
+	Idempotent  bool             `json:"idempotent"`
+	Streaming   bool             `json:"streaming"`
+	Timeout     string           `json:"timeout"`
+	Retry       snapshotRetry    `json:"retry"`
+	Approval    snapshotApproval `json:"approval"`
+	Exposure    []string         `json:"exposure"`
+	Dedup       string           `json:"dedup"`
+	ToolName    string           `json:"toolName"`
+	Description string           `json:"description"`
+}
+
+type snapshotRetry struct {
+	MaxRetries int    `json:"maxRetries"`
+	Backoff    string `json:"backoff"`
+}
+
+type snapshotApproval struct {
+	Required  bool   `json:"required"`
+	Type      string `json:"type"`
+	Quorum    int    `json:"quorum"`
+	ExpiresIn string `json:"expiresIn"`
+}
+
+// WriteSnapshot writes the engine's inventory to w as indented JSON: every
+// capability it governs, sorted by procedure, with its defaults resolved
+// (timeout, backoff, approval expiry and quorum, the surfaces it is
+// exposed on), and the names of its policies in the order they are asked
+// ("approval-condition" for [WithApprovalCondition]). The same engine
+// always writes the same bytes, so the file can be committed and compared:
+// the agentsafe command (cmd/agentsafe) writes the same inventory from
+// descriptor sets and a registry file without running the application,
+// and its check subcommand classifies every difference between two
+// inventories as widening, narrowing or neutral, for a CI drift gate.
+//
+// Format, version 1: {"version": 1, "policies": [names], "capabilities":
+// [{"procedure", "sideEffect", "risk", "idempotent", "streaming",
+// "timeout", "retry": {"maxRetries", "backoff"}, "approval": {"required",
+// "type", "quorum", "expiresIn"}, "exposure": ["rpc"|"http"|"mcp"],
+// "dedup", "toolName", "description"}]}; durations as Go writes them
+// ("1m30s"), "0s" for none.
+func (e *Engine) WriteSnapshot(w io.Writer) error {
+	s := snapshot{Version: snapshotVersion, Policies: []string{}, Capabilities: []snapshotCapability{}}
+	for _, np := range e.cfg.policies {
+		s.Policies = append(s.Policies, np.name)
+	}
+	for proc, c := range e.Capabilities() {
+		quorum := c.Approval.Quorum
+		if quorum == 0 {
+			quorum = 1
+		}
+		exposure := []string{}
+		for _, surface := range []Surface{SurfaceRPC, SurfaceHTTP, SurfaceMCP} {
+			if c.Exposed(surface) {
+				exposure = append(exposure, surface.String())
+			}
+		}
+		s.Capabilities = append(s.Capabilities, snapshotCapability{
+			Procedure:   proc,
+			SideEffect:  c.SideEffect.String(),
+			Risk:        c.Risk.String(),
+			Idempotent:  c.Idempotent,
+			Streaming:   c.Streaming,
+			Timeout:     duration(c.Timeout),
+			Retry:       snapshotRetry{MaxRetries: c.Retry.MaxRetries, Backoff: duration(c.Retry.Backoff)},
+			Approval:    snapshotApproval{Required: c.Approval.Required, Type: c.Approval.Type, Quorum: quorum, ExpiresIn: duration(c.Approval.ExpiresIn)},
+			Exposure:    exposure,
+			Dedup:       duration(c.Dedup),
+			ToolName:    c.ToolName,
+			Description: c.Description,
+		})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s) // Capabilities iterates in procedure order
+}
+
+func duration(d time.Duration) string { return d.String() }

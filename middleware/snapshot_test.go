@@ -1,0 +1,99 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
+	reg := middleware.NewRegistry().
+		Register("POST /refunds", middleware.Capability{SideEffect: middleware.SideEffectWrite, Risk: middleware.RiskHigh, Idempotent: true,
+			Retry: middleware.Retry{MaxRetries: 1}, Approval: middleware.Approval{Required: true, Type: "manager", Quorum: 2},
+			Exposure: []middleware.Surface{middleware.SurfaceMCP, middleware.SurfaceHTTP}, Description: "Refund <an> order & more"}).
+		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get"})
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
+		middleware.WithApprovalStore(approvalstore.NewMemory()),
+		middleware.WithPolicy(always("refund-limit", middleware.Allow())),
+		middleware.WithApprovalCondition(func(context.Context, middleware.ApprovalQuery) (bool, string, error) { return false, "", nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, second bytes.Buffer
+	if err := eng.WriteSnapshot(&first); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.WriteSnapshot(&second); err != nil {
+		t.Fatal(err)
+	}
+	const want = `{
+  "version": 1,
+  "policies": [
+    "refund-limit",
+    "approval-condition"
+  ],
+  "capabilities": [
+    {
+      "procedure": "/orders.v1.Orders/Get",
+      "sideEffect": "read",
+      "risk": "low",
+      "idempotent": false,
+      "streaming": false,
+      "timeout": "2s",
+      "retry": {
+        "maxRetries": 0,
+        "backoff": "250ms"
+      },
+      "approval": {
+        "required": false,
+        "type": "",
+        "quorum": 1,
+        "expiresIn": "15m0s"
+      },
+      "exposure": [
+        "rpc",
+        "http"
+      ],
+      "dedup": "1m0s",
+      "toolName": "get",
+      "description": ""
+    },
+    {
+      "procedure": "POST /refunds",
+      "sideEffect": "write",
+      "risk": "high",
+      "idempotent": true,
+      "streaming": false,
+      "timeout": "30s",
+      "retry": {
+        "maxRetries": 1,
+        "backoff": "250ms"
+      },
+      "approval": {
+        "required": true,
+        "type": "manager",
+        "quorum": 2,
+        "expiresIn": "15m0s"
+      },
+      "exposure": [
+        "http",
+        "mcp"
+      ],
+      "dedup": "0s",
+      "toolName": "",
+      "description": "Refund <an> order & more"
+    }
+  ]
+}
+`
+	if first.String() != want {
+		t.Errorf("snapshot:\n%s\nwant:\n%s", first.String(), want)
+	}
+	if !bytes.Equal(first.Bytes(), second.Bytes()) {
+		t.Error("two snapshots of one engine differ")
+	}
+}
