@@ -92,6 +92,13 @@ func (h *harness) final() middleware.Event {
 	h.t.Helper()
 	select {
 	case e := <-h.finals:
+		// The recorder is a sink of its own, with its own worker: wait
+		// until it has this execution's final event too.
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		if _, err := h.rec.WaitFinal(ctx, e.ExecutionID); err != nil {
+			h.t.Fatalf("the recorder never got %s's final event: %v", e.ExecutionID, err)
+		}
 		return e
 	case <-time.After(guard):
 		h.t.Fatal("no final event")

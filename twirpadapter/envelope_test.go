@@ -241,7 +241,11 @@ func TestInputDigestIsTheSameForBothEncodings(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.final()
-		for _, e := range rec.Execution(resp.ExecutionId) {
+		events, err := rec.WaitFinal(t.Context(), resp.ExecutionId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events {
 			if e.Type == middleware.EventRequested {
 				digests[enc.name] = e.InputDigest
 			}
