@@ -157,7 +157,12 @@ var resultRules = []struct {
 	}},
 	{"Claim/another digest is key reused in every state", func(c *resultCheck) {
 		const rule = "a key that comes back with another input is KEY_REUSED, whatever its state, and nothing changes"
-		other := func(key string) store.ClaimRequest { r := c.req(key, "exe_z"); r.Digest = otherDigest; r.Reconcile = true; return r }
+		other := func(key string) store.ClaimRequest {
+			r := c.req(key, "exe_z")
+			r.Digest = otherDigest
+			r.Reconcile = true
+			return r
+		}
 		inFlight := c.acquired("exe_a")
 		done := c.acquired("exe_b")
 		c.complete(done, "exe_b", sample("exe_b"))
