@@ -90,11 +90,11 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	for _, r := range adapterRules {
+	for _, r := range slices.Concat(adapterRules, keyRules) {
 		t.Run(r.name, func(t *testing.T) {
 			noStreams := false
 			rule := func(t *testing.T) {
-				s := newSuite(t, h, r.engine...)
+				s := newSuite(t, h, r)
 				if r.stream && s.streams == nil {
 					noStreams = true
 					return
@@ -133,11 +133,17 @@ type suite struct {
 	started  map[string]chan struct{}
 	returned map[string]chan struct{}
 	ids      atomic.Int64
+	reconcileState
 }
 
-func newSuite(t *testing.T, h Harness, opts ...middleware.Option) *suite {
+func newSuite(t *testing.T, h Harness, r adapterRule) *suite {
+	s := &suite{T: t, h: h, runs: map[string][]middleware.Execution{}, started: map[string]chan struct{}{}, returned: map[string]chan struct{}{}}
+	caps := capabilities()
+	if r.capabilities != nil {
+		r.capabilities(s, caps)
+	}
 	reg := middleware.NewRegistry()
-	for f, c := range capabilities() {
+	for f, c := range caps {
 		reg.Register(h.Procedure(f), c)
 	}
 	rec := &agentsafetest.Recorder{}
@@ -147,11 +153,11 @@ func newSuite(t *testing.T, h Harness, opts ...middleware.Option) *suite {
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return suiteAgent, nil }),
 		middleware.WithProtoFiles(nil), // the suite's capabilities, exactly
 		middleware.WithLogger(slog.New(slog.DiscardHandler)),
-	}, opts...)...)
+	}, r.options()...)...)
 	if err != nil {
 		t.Fatalf("conformance: building the engine: %v", err)
 	}
-	s := &suite{T: t, h: h, eng: eng, rec: rec, runs: map[string][]middleware.Execution{}, started: map[string]chan struct{}{}, returned: map[string]chan struct{}{}}
+	s.eng, s.rec = eng, rec
 	s.client = h.Start(t, eng, s.handle, s.stream)
 	s.streams, _ = s.client.(StreamClient)
 	return s
@@ -351,6 +357,10 @@ type adapterRule struct {
 	check  func(s *suite)
 	// engine is what the rule's engine needs beyond the suite's own.
 	engine []middleware.Option
+	// capabilities, when set, changes the suite's capabilities for the rule.
+	capabilities func(s *suite, caps map[Fixture]middleware.Capability)
+	// results gives the rule's engine a fresh result store.
+	results bool
 }
 
 var adapterRules = []adapterRule{
