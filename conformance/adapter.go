@@ -92,11 +92,10 @@ func RunAdapter(t *testing.T, h Harness) {
 	}
 	for _, r := range slices.Concat(adapterRules, keyRules) {
 		t.Run(r.name, func(t *testing.T) {
-			noStreams := false
+			skip := ""
 			rule := func(t *testing.T) {
 				s := newSuite(t, h, r)
-				if r.stream && s.streams == nil {
-					noStreams = true
+				if skip = r.skip(s); skip != "" {
 					return
 				}
 				r.check(s)
@@ -111,8 +110,8 @@ func RunAdapter(t *testing.T, h Harness) {
 			} else {
 				rule(t)
 			}
-			if noStreams {
-				t.Skip("the harness does not govern streams")
+			if skip != "" {
+				t.Skip(skip)
 			}
 		})
 	}
@@ -361,6 +360,19 @@ type adapterRule struct {
 	capabilities func(s *suite, caps map[Fixture]middleware.Capability)
 	// results gives the rule's engine a fresh result store.
 	results bool
+	// spelling marks a rule about how the Idempotency-Key header is spelt.
+	spelling bool
+}
+
+// skip says why the rule does not apply to the harness, or "".
+func (r adapterRule) skip(s *suite) string {
+	switch {
+	case r.stream && s.streams == nil:
+		return "the harness does not govern streams"
+	case r.spelling && keyArgument(s.client):
+		return "the harness's keys travel as an argument, not in the Idempotency-Key header's spelling"
+	}
+	return ""
 }
 
 var adapterRules = []adapterRule{
