@@ -263,7 +263,13 @@ func (a *scriptedAgent) show(res any, env middleware.Envelope, err error) result
 	for _, run := range r.Runs {
 		fmt.Fprintf(a.out, "   handler: %s attempt %d key %s… %s\n", run.ExecutionID, run.Attempt, run.IdempotencyKey[:12], run.What)
 	}
-	r.Events = a.s.audit.Execution(env.ExecutionID)
+	// Sinks are delivered asynchronously: wait for the execution's final
+	// event, which every execution has, so its trail is whole.
+	if env.ExecutionID != "" {
+		wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r.Events, _ = a.s.audit.WaitFinal(wait, env.ExecutionID)
+		cancel()
+	}
 	fmt.Fprintf(a.out, "   audit trail of %s:\n", env.ExecutionID)
 	print(a.out, r.Events)
 	return r
