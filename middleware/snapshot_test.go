@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/resultstore"
 )
 
 func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
@@ -17,7 +18,8 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
 			Exposure: []middleware.Surface{middleware.SurfaceMCP, middleware.SurfaceHTTP}, Description: "Refund <an> order & more"}).
 		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get"})
 	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
-		middleware.WithApprovalStore(approvalstore.NewMemory()),
+		middleware.WithApprovalStore(approvalstore.NewMemory()), middleware.WithResultStore(resultstore.NewMemory()),
+		middleware.WithResultKey(middleware.ResultKey{ID: "k", Key: bytes.Repeat([]byte{7}, 32)}),
 		middleware.WithPolicy(always("refund-limit", middleware.Allow())),
 		middleware.WithApprovalCondition(func(context.Context, middleware.ApprovalQuery) (bool, string, error) { return false, "", nil }))
 	if err != nil {
