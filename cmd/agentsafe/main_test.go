@@ -74,6 +74,21 @@ func TestARegistryEntryReplacesTheOption(t *testing.T) {
 	}
 }
 
+// A capability with a dedup window needs a result store in an
+// application; the command's engine has one, so such a registry snapshots.
+func TestADedupWindowSnapshots(t *testing.T) {
+	reg := writeJSON(t, map[string]any{"capabilities": []map[string]any{{
+		"procedure": "/orders.v1.OrderService/GetOrder", "sideEffect": "read", "dedup": "1m",
+	}}})
+	code, out, errOut := agentsafe("snapshot", "--descriptors", "testdata/orders.binpb", "--registry", reg)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, `"dedup": "1m0s"`) {
+		t.Errorf("the inventory has no dedup window:\n%s", out)
+	}
+}
+
 // base is the example's inventory, decoded, for the edits below.
 func base(t *testing.T) registryJSON {
 	t.Helper()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/resultstore"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -67,9 +68,11 @@ func snapshot(sets []string, registryFile string, w io.Writer) error {
 	}
 	opts := []middleware.Option{
 		middleware.WithProtoFiles(files),
-		// An approval store, so that gated capabilities validate; no
-		// approval is ever requested.
+		// Stores, so that gated and deduplicated capabilities validate;
+		// nothing is ever requested, claimed or sealed.
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
+		middleware.WithResultStore(resultstore.NewMemory()),
+		middleware.WithResultKey(middleware.ResultKey{ID: "snapshot", Key: make([]byte, 32)}),
 		middleware.WithLogger(slog.New(slog.DiscardHandler)),
 	}
 	for _, name := range policies {
