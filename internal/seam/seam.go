@@ -39,6 +39,14 @@ type Call struct {
 	// nil when it has none.
 	Marshal   func(any) ([]byte, error)
 	Unmarshal func([]byte) (any, error)
+	// Attempt is the adapter's attempt function: a typed function of the
+	// SPI whose method erases the type, so that a call costs no closure.
+	Attempt Attempt
+}
+
+// Attempt runs one attempt of a call.
+type Attempt interface {
+	RunAttempt(ctx context.Context) (any, error)
 }
 
 // Input is a call's input as the engine binds it.
@@ -61,9 +69,6 @@ const (
 // told to); for an attempt the engine abandoned, it is a success that
 // landed late.
 var ErrNoResponse = errors.New("agentsafe: the handler returned without a response")
-
-// Attempt is the attempt function the engine runs.
-type Attempt = func(ctx context.Context) (any, error)
 
 // KeyLabel is the context key of the label middleware.WithKeyLabel sets.
 type KeyLabel struct{}
