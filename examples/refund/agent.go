@@ -194,6 +194,14 @@ func (a *scriptedAgent) show(res any, env middleware.Envelope, err error) result
 		fmt.Fprintf(a.out, "   handler: %s attempt %d key %s… %s\n", run.ExecutionID, run.Attempt, run.IdempotencyKey[:12], run.What)
 	}
 	r.Events = a.s.audit.Execution(env.ExecutionID)
+	if env.ExecutionID != "" {
+		// Sinks deliver asynchronously: wait for the execution's final event.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if evs, err := a.s.audit.WaitFinal(ctx, env.ExecutionID); err == nil {
+			r.Events = evs
+		}
+		cancel()
+	}
 	fmt.Fprintf(a.out, "   audit trail of %s:\n", env.ExecutionID)
 	print(a.out, r.Events)
 	return r
