@@ -114,6 +114,10 @@ type Instrumentation struct {
 	system []attribute.KeyValue // rpc.system.name, or nothing
 	filter func(middleware.ExecutionInfo) bool
 
+	// names caches what a procedure's name gives spans and metrics (see
+	// names.get): computing it costs a regular expression.
+	names nameCache
+
 	executions   metric.Int64Counter
 	duration     metric.Float64Histogram
 	attempts     metric.Int64Histogram
@@ -258,7 +262,8 @@ func (i *Instrumentation) StartExecution(ctx context.Context, x middleware.Execu
 	}
 	attrs := make([]attribute.KeyValue, 0, 11)
 	attrs = append(attrs, i.system...)
-	attrs = append(attrs, procedureAttrs(x.Procedure)...)
+	n := i.names.get(x.Procedure)
+	attrs = append(attrs, n.attrs...)
 	attrs = append(attrs,
 		keyExecutionID.String(x.ID),
 		keySideEffect.String(x.SideEffect.String()),
@@ -273,7 +278,7 @@ func (i *Instrumentation) StartExecution(ctx context.Context, x middleware.Execu
 	if x.Streaming {
 		attrs = append(attrs, keyStreaming.Bool(true))
 	}
-	ctx, span := i.tracer.Start(ctx, spanName(x.Procedure), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, span := i.tracer.Start(ctx, n.span, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	ctx = context.WithValue(ctx, executionKey{}, x.ID)
 	return ctx, func(env middleware.Envelope) {
 		code := middleware.CodeOK

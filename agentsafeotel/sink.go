@@ -35,11 +35,12 @@ func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
 	case middleware.EventAbandonedResult:
 		i.abandoned.Add(ctx, 1, i.metricAttrs(e, keySucceeded.Bool(e.Succeeded)))
 	case middleware.EventCompleted, middleware.EventFailed, middleware.EventCancelled:
-		code := i.metricAttrs(e, keyCode.String(e.Code.String()))
+		n := i.names.get(e.Procedure)
+		code := n.byCode(i, e.Code)
 		i.executions.Add(ctx, 1, code)
 		i.duration.Record(ctx, e.Duration.Seconds(), code)
 		if e.Attempts > 0 {
-			i.attempts.Record(ctx, int64(e.Attempts), i.metricAttrs(e))
+			i.attempts.Record(ctx, int64(e.Attempts), n.plain(i))
 		}
 	}
 }
@@ -48,7 +49,7 @@ func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
 // ids or digests.
 func (i *Instrumentation) metricAttrs(e middleware.Event, extra ...attribute.KeyValue) metric.MeasurementOption {
 	attrs := make([]attribute.KeyValue, 0, len(i.system)+2+len(extra))
-	attrs = append(append(attrs, i.system...), procedureAttrs(e.Procedure)...)
+	attrs = append(append(attrs, i.system...), i.names.get(e.Procedure).attrs...)
 	attrs = append(attrs, extra...)
 	return metric.WithAttributes(attrs...)
 }
@@ -73,7 +74,7 @@ func (i *Instrumentation) spanEvent(ctx context.Context, e middleware.Event) {
 		)
 	}
 	if e.Type == middleware.EventApproved || e.Type == middleware.EventRejected {
-		attrs = append(attrs, procedureAttrs(e.Procedure)...)
+		attrs = append(attrs, i.names.get(e.Procedure).attrs...)
 	}
 	span.AddEvent(string(e.Type), trace.WithAttributes(attrs...), trace.WithTimestamp(e.Time))
 }

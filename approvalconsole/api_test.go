@@ -1,6 +1,7 @@
 package approvalconsole_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -79,7 +80,11 @@ func TestGetShowsOneApproval(t *testing.T) {
 
 func TestApproveThroughTheAPIThenTheAgentResumesOnce(t *testing.T) {
 	e := newEnv(t)
-	id := e.requested(agent, "42")
+	asked, err := e.call(agent, "42", "")
+	if middleware.CodeOf(err) != middleware.CodeApprovalRequired {
+		t.Fatalf("the agent's call: %v, want APPROVAL_REQUIRED", err)
+	}
+	id := asked.ApprovalID
 	e.advance(2 * time.Minute)
 
 	r := e.decide("s-bob", id, true, "customer called")
@@ -95,8 +100,15 @@ func TestApproveThroughTheAPIThenTheAgentResumesOnce(t *testing.T) {
 	if rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called" {
 		t.Fatalf("record after approving: %+v", rec)
 	}
-	if evs := e.rec.Events(); evs[len(evs)-1].Type != middleware.EventApproved || evs[len(evs)-1].Duration != 2*time.Minute {
-		t.Errorf("the decision went around the engine: last event %+v", evs[len(evs)-1])
+	// Sinks deliver asynchronously: wait for the decision's event, which
+	// carries the id of the execution that asked.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	evs, err := e.rec.Wait(ctx, asked.ExecutionID, func(evs []middleware.Event) bool {
+		return len(evs) > 0 && evs[len(evs)-1].Type == middleware.EventApproved
+	})
+	if err != nil || evs[len(evs)-1].Duration != 2*time.Minute {
+		t.Errorf("the decision went around the engine: %v; events %+v", err, evs)
 	}
 
 	if _, err := e.call(agent, "42", id); err != nil {

@@ -139,9 +139,10 @@ func TestConsumeCeiling(t *testing.T) {
 	for _, tc := range []struct{ c, n int }{{1, 10000}, {64, 40000}} {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: tc.c})
 		s := openRedis(t, rdb)
-		var results [3][3][]float64 // redis-benchmark, go-redis, Consume × ops/s, p50, p99
+		var results [3][4][]float64 // redis-benchmark, go-redis, Consume × ops/s, p50, p99, µs inside Redis per call
 		add := func(k int, rps, p50, p99 float64) {
 			results[k][0], results[k][1], results[k][2] = append(results[k][0], rps), append(results[k][1], p50), append(results[k][2], p99)
+			results[k][3] = append(results[k][3], serverMicros(t, ctx, rdb))
 		}
 		for round := range rounds {
 			ids, err := approvalstore.SeedApproved(ctx, s, request(digestA), manager, tc.n)
@@ -152,6 +153,7 @@ func TestConsumeCeiling(t *testing.T) {
 			if err := ceilingSc.Load(ctx, rdb).Err(); err != nil {
 				t.Fatal(err)
 			}
+			resetStats(t, ctx, rdb)
 			out, err := exec.CommandContext(ctx, bench, "-h", host, "-p", port, "-c", strconv.Itoa(tc.c), "-n", strconv.Itoa(tc.n),
 				"-r", "100000000", "--csv", "EVALSHA", ceilingSc.Hash(), "1", "ceiling:{__rand_int__}", "exe").CombinedOutput()
 			if err != nil {
@@ -160,6 +162,7 @@ func TestConsumeCeiling(t *testing.T) {
 			rps, p50, p99 := parseBenchmarkCSV(t, out)
 			add(0, rps, p50, p99)
 
+			resetStats(t, ctx, rdb)
 			r := timed(tc.n, tc.c, func(i int) error {
 				return ceilingSc.Run(ctx, rdb, []string{fmt.Sprintf("go:{%d:%d}", round, i)}, "exe").Err()
 			})
@@ -168,6 +171,7 @@ func TestConsumeCeiling(t *testing.T) {
 			}
 			add(1, r.opsPerSec(), r.percentile(50), r.percentile(99))
 
+			resetStats(t, ctx, rdb)
 			r = consumeAll(ctx, s, ids, tc.c)
 			if r.err != nil {
 				t.Fatal(r.err)
@@ -179,12 +183,39 @@ func TestConsumeCeiling(t *testing.T) {
 		}
 		_ = rdb.Close()
 		for k, name := range []string{"redis-benchmark, minimal check-then-write", "go-redis, the same script", "approvalstore.Redis.Consume"} {
-			t.Logf("c=%-2d %-42s %6.0f ops/s  p50 %5.0f µs  p99 %6.0f µs  (ops/s per round %v)",
-				tc.c, name, median(results[k][0]), median(results[k][1]), median(results[k][2]), rounded(results[k][0]))
+			t.Logf("c=%-2d %-42s %6.0f ops/s  p50 %5.0f µs  p99 %6.0f µs  %4.1f µs in Redis per call  (ops/s per round %v)",
+				tc.c, name, median(results[k][0]), median(results[k][1]), median(results[k][2]), median(results[k][3]), rounded(results[k][0]))
 		}
 		t.Logf("c=%-2d Consume / redis-benchmark %.2f; Consume / go-redis %.2f; go-redis / redis-benchmark %.2f", tc.c,
 			median(results[2][0])/median(results[0][0]), median(results[2][0])/median(results[1][0]), median(results[1][0])/median(results[0][0]))
 	}
+}
+
+// resetStats zeroes the server's command statistics.
+func resetStats(t *testing.T, ctx context.Context, rdb *redis.Client) {
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serverMicros reads the time Redis spent per EVALSHA since resetStats:
+// the script's own cost, apart from the client's and the network's.
+func serverMicros(t *testing.T, ctx context.Context, rdb *redis.Client) float64 {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for kv := range strings.SplitSeq(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					return f
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func median(xs []float64) float64 {

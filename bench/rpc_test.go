@@ -39,9 +39,9 @@ func (connectRead) Read(_ context.Context, r *connect.Request[testv1.Request]) (
 // optionsEngine is an engine with the test service's method options, but
 // for Gated's approval, replaced so that the engine needs no approval store
 // (the benchmarks call only Read).
-func optionsEngine(b *testing.B) *middleware.Engine {
+func optionsEngine(b testing.TB) *middleware.Engine {
 	eng, err := middleware.New(middleware.NewRegistry().Register(testv1connect.TestServiceGatedProcedure,
-		middleware.Capability{SideEffect: middleware.SideEffectWrite}))
+		middleware.Capability{SideEffect: middleware.SideEffectWrite}), quiet)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func BenchmarkConnectUnary(b *testing.B) {
 			client := testv1connect.NewTestServiceClient(srv.Client(), srv.URL)
 			req := &testv1.Request{Id: "42"}
 			ctx := context.Background()
-			b.ReportAllocs()
+			defer cpu(b)()
 			for b.Loop() {
 				if _, err := client.Read(ctx, connect.NewRequest(req)); err != nil {
 					b.Fatal(err)
@@ -119,7 +119,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 			client := testv1.NewTestServiceClient(conn)
 			req := &testv1.Request{Id: "42"}
 			ctx := context.Background()
-			b.ReportAllocs()
+			defer cpu(b)()
 			for b.Loop() {
 				if _, err := client.Read(ctx, req); err != nil {
 					b.Fatal(err)
@@ -129,13 +129,13 @@ func BenchmarkGRPCUnary(b *testing.B) {
 	}
 }
 
-// BenchmarkNetHTTP: a handler that reads its body and answers, in process,
-// bare and wrapped: the cost of reading the body once, binding it and
-// replaying it, and of buffering the response.
-func BenchmarkNetHTTP(b *testing.B) {
+// netHTTPCase is the route and handler the net/http benchmarks share: a
+// write declared idempotent with one retry (so the body is replayable),
+// whose handler reads its body and answers.
+func netHTTPCase(b *testing.B) (bare, governed http.Handler) {
 	eng, err := middleware.New(middleware.NewRegistry().Register("upload", middleware.Capability{
 		SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1}}),
-		middleware.WithProtoFiles(nil))
+		middleware.WithProtoFiles(nil), quiet)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,18 +144,28 @@ func BenchmarkNetHTTP(b *testing.B) {
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte{byte(n)})
 	})
-	for _, size := range []struct {
-		name string
-		n    int
-	}{{"body=1KiB", 1 << 10}, {"body=64KiB", 64 << 10}} {
+	return handler, nethttpadapter.Wrap(eng, "upload", handler, nethttpadapter.WithMaxBodyBytes(1<<20))
+}
+
+var bodySizes = []struct {
+	name string
+	n    int
+}{{"body=1KiB", 1 << 10}, {"body=64KiB", 64 << 10}}
+
+// BenchmarkNetHTTP: a handler that reads its body and answers, in process,
+// bare and wrapped: the cost of reading the body once and replaying it,
+// and of buffering the response.
+func BenchmarkNetHTTP(b *testing.B) {
+	bare, governed := netHTTPCase(b)
+	for _, size := range bodySizes {
 		body := bytes.Repeat([]byte("a"), size.n)
 		for _, impl := range []struct {
 			name string
 			h    http.Handler
-		}{{"impl=bare", handler}, {"impl=agentsafe", nethttpadapter.Wrap(eng, "upload", handler, nethttpadapter.WithMaxBodyBytes(1<<20))}} {
+		}{{"impl=bare", bare}, {"impl=agentsafe", governed}} {
 			b.Run(size.name+"/"+impl.name, func(b *testing.B) {
-				b.ReportAllocs()
 				b.SetBytes(int64(size.n))
+				defer cpu(b)()
 				for b.Loop() {
 					req := httptest.NewRequest(http.MethodPost, "/upload", bytes.NewReader(body))
 					req.Header.Set("Content-Type", "application/octet-stream")
@@ -163,6 +173,38 @@ func BenchmarkNetHTTP(b *testing.B) {
 					impl.h.ServeHTTP(w, req)
 					if w.Code != http.StatusOK {
 						b.Fatalf("status %d", w.Code)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkNetHTTPLoopback: the same over loopback HTTP/1.1, one
+// connection kept alive.
+func BenchmarkNetHTTPLoopback(b *testing.B) {
+	bare, governed := netHTTPCase(b)
+	for _, size := range bodySizes {
+		body := bytes.Repeat([]byte("a"), size.n)
+		for _, impl := range []struct {
+			name string
+			h    http.Handler
+		}{{"impl=bare", bare}, {"impl=agentsafe", governed}} {
+			b.Run(size.name+"/"+impl.name, func(b *testing.B) {
+				srv := httptest.NewServer(impl.h)
+				defer srv.Close()
+				client := srv.Client()
+				b.SetBytes(int64(size.n))
+				defer cpu(b)()
+				for b.Loop() {
+					resp, err := client.Post(srv.URL+"/upload", "application/octet-stream", bytes.NewReader(body))
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatalf("status %d", resp.StatusCode)
 					}
 				}
 			})

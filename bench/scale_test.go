@@ -24,12 +24,7 @@ import (
 // the runtime's and not growth.
 func TestScale(t *testing.T) {
 	const executions = 10_000
-	eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{
-		SideEffect: middleware.SideEffectRead, Timeout: 100 * time.Millisecond}),
-		middleware.WithProtoFiles(nil), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: executions}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := scaleEngine(t, executions)
 	startGoroutines, startHeap := settle()
 	primeGoroutineCache(3 * executions)
 	round(t, eng, executions)
@@ -44,6 +39,69 @@ func TestScale(t *testing.T) {
 	if heap > baseHeap+1<<20 {
 		t.Errorf("heap grew: %d KiB → %d KiB", baseHeap>>10, heap>>10)
 	}
+}
+
+// TestScaleAbandoned: 10,000 concurrent executions whose handlers all
+// ignore their context, so every attempt is abandoned at its 100 ms
+// deadline and returns later, when the test lets it. Once they have
+// returned, goroutines (the engine's parked workers retire after about a
+// second) and the live heap are back to the baseline.
+func TestScaleAbandoned(t *testing.T) {
+	const executions = 10_000
+	eng := scaleEngine(t, executions)
+	primeGoroutineCache(2 * executions)
+	abandonAll(t, eng, executions) // primes the runtime's caches
+	baseGoroutines, baseHeap := settle()
+	abandonAll(t, eng, executions)
+	goroutines, heap := settle()
+	t.Logf("%d abandoned attempts, returned: goroutines %d → %d, heap %d KiB → %d KiB", executions, baseGoroutines, goroutines, baseHeap>>10, heap>>10)
+	if goroutines > baseGoroutines+5 {
+		t.Errorf("goroutines did not return to baseline: %d → %d", baseGoroutines, goroutines)
+	}
+	if heap > baseHeap+1<<20 {
+		t.Errorf("heap grew: %d KiB → %d KiB", baseHeap>>10, heap>>10)
+	}
+}
+
+// abandonAll runs executions whose handlers ignore their context until
+// every one has timed out, then lets them return and waits until they
+// have.
+func abandonAll(t *testing.T, eng *middleware.Engine, executions int) {
+	late := make(chan struct{})
+	var returned, wg sync.WaitGroup
+	var timeouts atomic.Int64
+	route := adapter.Resolve(eng, procRead)
+	returned.Add(executions)
+	for range executions {
+		wg.Go(func() {
+			_, env, _ := adapter.Execute(context.Background(), route, adapter.Call[any]{}, func(context.Context) (any, error) {
+				defer returned.Done()
+				<-late
+				return nil, nil
+			})
+			if env.Error != nil && env.Error.Code == middleware.CodeTimeout {
+				timeouts.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	alive := runtime.NumGoroutine()
+	close(late)
+	returned.Wait()
+	if n := timeouts.Load(); n != int64(executions) {
+		t.Fatalf("%d of %d executions timed out, want all: their handlers ignore their context", n, executions)
+	}
+	t.Logf("%d executions abandoned: %d goroutines alive until their handlers returned", executions, alive)
+}
+
+func scaleEngine(t *testing.T, executions int) *middleware.Engine {
+	eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{
+		SideEffect: middleware.SideEffectRead, Timeout: 100 * time.Millisecond}),
+		middleware.WithProtoFiles(nil), quiet, middleware.WithDefaults(middleware.Defaults{MaxAbandoned: executions}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }
 
 func round(t *testing.T, eng *middleware.Engine, executions int) {
@@ -111,9 +169,11 @@ func primeGoroutineCache(n int) {
 	wg.Wait()
 }
 
-// settle waits for goroutines that are finishing to exit, collects garbage
-// and returns the goroutine count and live heap.
+// settle waits for goroutines that are finishing to exit (the engine's
+// parked workers retire after about a second idle), collects garbage and
+// returns the goroutine count and live heap.
 func settle() (int, uint64) {
+	time.Sleep(2 * time.Second)
 	var ms runtime.MemStats
 	n := runtime.NumGoroutine()
 	for range 50 {

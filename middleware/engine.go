@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -25,6 +26,11 @@ type Engine struct {
 	traceSink EventSink
 	// observed: someone receives events, so they are built at all.
 	observed bool
+	// workers run the attempts (see attemptWorkers).
+	workers *attemptWorkers
+	// realClock: the clock is time.Now, so an execution's start time tells
+	// whether it runs in a testing/synctest bubble (see bubbled).
+	realClock bool
 	// undeclared names procedures whose linked descriptor carries the
 	// capability option although the engine was built from other files:
 	// they fail closed instead of running ungoverned.
@@ -84,7 +90,8 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 		return nil, errors.Join(errs...)
 	}
 	cfg.warn(merged)
-	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged)), undeclared: undeclared}
+	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged)), undeclared: undeclared, workers: newAttemptWorkers(),
+		realClock: reflect.ValueOf(cfg.now).Pointer() == reflect.ValueOf(time.Now).Pointer()}
 	for proc, c := range merged {
 		e.caps[proc] = e.resolve(proc, c)
 	}

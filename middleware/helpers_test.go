@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/agentsafetest"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	// A sink's worker waits about a second for events before it exits:
-	// idle, it is not a leak.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/agentsafe/agentsafe/middleware.(*sinkQueue).work"))
+	// An engine's workers wait about a second for work before they exit:
+	// idle, they are not a leak.
+	goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers())
 }
 
 const (

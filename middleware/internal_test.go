@@ -22,15 +22,24 @@ func TestRetrySafetyIsRecheckedAtRunTime(t *testing.T) {
 	for _, se := range []SideEffect{SideEffectWrite, SideEffectDestructive, SideEffectExternal} {
 		e.caps[proc] = e.resolve(proc, Capability{SideEffect: se, Retry: Retry{MaxRetries: 5, Backoff: time.Millisecond}})
 		var runs atomic.Int32
-		_, env, _ := e.route(proc).Execute(context.Background(), &seam.Call{}, func(context.Context) (any, error) {
+		_, env, _ := e.route(proc).Execute(context.Background(), attemptCall(func(context.Context) (any, error) {
 			runs.Add(1)
 			return nil, Retryable(errors.New("transient"))
-		})
+		}))
 		if runs.Load() != 1 || env.Attempts != 1 {
 			t.Errorf("%s without Idempotent was retried at run time: %d runs", se, runs.Load())
 		}
 	}
 }
+
+// attemptCall is a call whose attempts run fn, as the adapter SPI makes it.
+func attemptCall(fn func(context.Context) (any, error)) seam.Call {
+	return seam.Call{Attempt: attemptFunc(fn)}
+}
+
+type attemptFunc func(context.Context) (any, error)
+
+func (f attemptFunc) RunAttempt(ctx context.Context) (any, error) { return f(ctx) }
 
 // TestLeaseCoversTheWaitForAnAbandonedWrite: a write may wait one more
 // attempt timeout before each re-attempt, so its lease must cover that, or
@@ -60,12 +69,12 @@ func TestResultBeatsADeadlineThatFiredAtTheSameMoment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 200 {
-		x := e.open(context.Background(), "/r", &seam.Call{}, e.caps["/r"], false)
-		a := &attempt{x: x, n: 1, res: make(chan attemptResult, 1)}
+		x := e.open(context.Background(), "/r", seam.Call{}, e.caps["/r"], false)
+		a := &attempt{x: x, n: 1, done: make(chan struct{}, 1), r: attemptResult{v: "done"}}
 		var cancel context.CancelCauseFunc
 		a.Context, cancel = context.WithCancelCause(context.Background())
 		a.cancel = func() { cancel(context.Canceled) }
-		a.res <- attemptResult{v: "done"}
+		a.done <- struct{}{}
 		cancel(errAttemptTimeout)
 		v, err := x.await(a)
 		if err != nil || v != "done" {

@@ -23,7 +23,7 @@ var errAttemptTimeout = errors.New("agentsafe: attempt timed out")
 // execute governs one call of c's procedure: it opens an execution, runs
 // attempts of fn under the capability's timeout and retry rules, and
 // finalizes exactly once (see route.Execute).
-func (e *Engine) execute(ctx context.Context, proc string, c *capability, call *seam.Call, fn seam.Attempt) (any, Envelope, error) {
+func (e *Engine) execute(ctx context.Context, proc string, c *capability, call seam.Call) (any, Envelope, error) {
 	x := e.open(ctx, proc, call, c, false)
 	if c == nil {
 		x.requested()
@@ -49,16 +49,16 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call *
 		}
 		return x.finish(nil, err)
 	}
-	return x.finish(x.loop(fn))
+	return x.finish(x.loop())
 }
 
 // refuse records a governed call that its adapter cannot even hand to the
 // engine as an execution finalized at once with err (see route.Refuse).
-func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call *seam.Call, err *Error) (Envelope, error) {
+func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call seam.Call, err *Error) (Envelope, error) {
 	if err == nil {
 		err = &Error{Code: CodeInvalidArgument, Message: "the call was refused"}
 	}
-	x := e.open(ctx, proc, &seam.Call{ApprovalID: call.ApprovalID, Surface: call.Surface}, c, false) // nothing was read to bind
+	x := e.open(ctx, proc, seam.Call{ApprovalID: call.ApprovalID, Surface: call.Surface}, c, false) // nothing was read to bind
 	if c != nil {
 		if hide := x.exposed(); hide != nil {
 			err = hide
@@ -84,7 +84,7 @@ type execution struct {
 	e              *Engine
 	cap            *capability
 	proc           string
-	call           *seam.Call
+	call           seam.Call
 	ctx            context.Context // the caller's, with the tracer's values
 	sinkCtx        context.Context // ctx, never cancelled
 	id             string
@@ -120,7 +120,7 @@ type execution struct {
 
 // open starts stage 2: the execution's ids and its actor. Nothing is
 // emitted yet: admit decides when the trail starts.
-func (e *Engine) open(ctx context.Context, proc string, call *seam.Call, c *capability, streaming bool) *execution {
+func (e *Engine) open(ctx context.Context, proc string, call seam.Call, c *capability, streaming bool) *execution {
 	if c == nil { // a governed call with no capability: only refused
 		c = &capability{procedure: proc}
 	}
@@ -237,10 +237,10 @@ func (x *execution) unaudited(err error) *Error {
 }
 
 // loop is stage 5, the only stage that retries.
-func (x *execution) loop(fn seam.Attempt) (any, *Error) {
+func (x *execution) loop() (any, *Error) {
 	var backoff retry.Backoff
 	for n := 1; ; n++ {
-		a := x.startAttempt(n, fn)
+		a := x.startAttempt(n)
 		v, err := x.await(a)
 		a.traceEnd(err)
 		if err == nil {
@@ -351,7 +351,7 @@ func (x *execution) awaitReturn(a *attempt, last *Error) *Error {
 	t := time.NewTimer(x.cap.timeout)
 	defer t.Stop()
 	select {
-	case <-a.res:
+	case <-a.returned:
 		return nil
 	case <-t.C:
 		return last
@@ -364,11 +364,19 @@ func (x *execution) awaitReturn(a *attempt, last *Error) *Error {
 // the attempt's deadline plus the execution's identity.
 type attempt struct {
 	context.Context
-	cancel    context.CancelFunc
-	x         *execution
-	n         int
-	state     atomic.Int32
-	res       chan attemptResult
+	cancel context.CancelFunc
+	x      *execution
+	n      int
+	state  atomic.Int32
+	// done is signalled when the handler returned before the engine gave
+	// up on it; its result is then in r. It is the worker's (w) channel,
+	// or one of the attempt's own when it has no worker.
+	done chan struct{}
+	w    *attemptWorker
+	r    attemptResult
+	// returned is closed when an abandoned attempt returns; made by the
+	// Execute goroutine as it abandons the attempt.
+	returned  chan struct{}
 	abandoned bool // set by the Execute goroutine only
 	// late is an abandoned attempt's own result, once it returned late
 	// (returnedLate); guarded by the execution's mu.
@@ -403,7 +411,7 @@ type attemptResult struct {
 	ctxEnded bool
 }
 
-func (x *execution) startAttempt(n int, fn seam.Attempt) *attempt {
+func (x *execution) startAttempt(n int) *attempt {
 	a := &x.first
 	if n > 1 {
 		a = new(attempt)
@@ -412,33 +420,50 @@ func (x *execution) startAttempt(n int, fn seam.Attempt) *attempt {
 	// The tracer's context is the parent of the timeout: the handler's spans
 	// nest under the attempt, and the deadline stays the engine's.
 	a.Context, a.cancel = context.WithTimeoutCause(x.attemptParent(a), x.cap.timeout, errAttemptTimeout)
-	a.res = make(chan attemptResult, 1)
 	x.attempts = n
 	x.mu.Lock()
 	x.last = a
 	x.mu.Unlock()
-	go a.run(fn)
+	x.e.workers.start(a)
 	return a
 }
 
 // run executes the handler on the attempt's goroutine. Whoever moves the
 // state out of running first owns the outcome: this goroutine (the result
-// is delivered) or the Execute goroutine (the attempt was abandoned and the
-// result is reported, never used).
-func (a *attempt) run(fn seam.Attempt) {
+// is delivered through done) or the Execute goroutine (the attempt was
+// abandoned and the result is reported, never used). It reports whether
+// the result was delivered.
+func (a *attempt) run() (delivered bool) {
 	var r attemptResult
+	returned := false
 	defer func() {
 		if p := recover(); p != nil {
 			r = attemptResult{panic: &PanicError{Value: p, Stack: debug.Stack()}}
+		} else if !returned && a.w != nil {
+			a.w.exited = true // runtime.Goexit: this goroutine ends here
 		}
-		if !a.state.CompareAndSwap(attemptRunning, attemptReturned) {
+		if a.state.CompareAndSwap(attemptRunning, attemptReturned) {
+			a.r = r
+			delivered = true
+			a.done <- struct{}{} // buffered, and empty: never blocks
+		} else {
 			a.x.reportAbandoned(a, r)
+			close(a.returned)
 		}
-		a.res <- r // buffered: never blocks; read as the result or as "returned"
 		a.cancel()
 	}()
-	r.v, r.err = fn(a)
+	r.v, r.err = a.x.call.Attempt.RunAttempt(a)
 	r.ctxEnded = a.Err() != nil
+	returned = true
+	return false
+}
+
+// taken is called once the Execute goroutine has received the attempt's
+// signal: its worker may take another attempt.
+func (a *attempt) taken() {
+	if a.w != nil {
+		a.w.pool.put(a.w)
+	}
 }
 
 func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
@@ -497,23 +522,40 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	// finishes before this goroutine parks, saving the wake-ups of another
 	// thread that parking and readying would cost.
 	runtime.Gosched()
+	// It usually has: then the context's done channel is never made.
 	select {
-	case r := <-a.res:
-		return x.settle(a, r)
+	case <-a.done:
+		return x.settle(a, a.result())
+	default:
+	}
+	select {
+	case <-a.done:
+		return x.settle(a, a.result())
 	case <-a.Done():
 	}
 	// A result returned at the same moment the deadline fired wins.
 	select {
-	case r := <-a.res:
-		return x.settle(a, r)
+	case <-a.done:
+		return x.settle(a, a.result())
 	default:
 	}
+	a.returned = make(chan struct{})
 	if !a.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
-		return x.settle(a, <-a.res) // it returned just now; its send is on the way
+		<-a.done // it returned just now; its signal is on the way
+		return x.settle(a, a.result())
 	}
 	a.abandoned = true
 	x.cap.abandoned.Add(1)
 	return nil, x.contextError(a)
+}
+
+// result takes the result of an attempt whose signal was received, and
+// hands its worker back.
+func (a *attempt) result() attemptResult {
+	r := a.r
+	a.r = attemptResult{}
+	a.taken()
+	return r
 }
 
 // settle turns an attempt's own result into the engine's terms.

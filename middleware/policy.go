@@ -308,7 +308,7 @@ func (e *Engine) listed(ctx context.Context, proc string, c *capability, s Surfa
 	if len(e.cfg.policies) == 0 {
 		return true
 	}
-	x := &execution{e: e, cap: c, proc: proc, call: &seam.Call{Surface: uint8(s)}, ctx: ctx}
+	x := &execution{e: e, cap: c, proc: proc, call: seam.Call{Surface: uint8(s)}, ctx: ctx}
 	if f := e.cfg.actor; f != nil {
 		x.actor, x.actorErr = f(ctx)
 	}

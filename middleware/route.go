@@ -64,22 +64,22 @@ func (r *route) Capability() (Capability, bool) {
 // input: the cloning decision, made here once for every adapter.
 func (r *route) MayRetry() bool { return r.cap != nil && r.cap.retryAllowed() }
 
-func (r *route) Execute(ctx context.Context, call *seam.Call, fn seam.Attempt) (any, Envelope, error) {
+func (r *route) Execute(ctx context.Context, call seam.Call) (any, Envelope, error) {
 	if !r.governed {
-		v, err := fn(ctx)
+		v, err := call.Attempt.RunAttempt(ctx)
 		return v, Envelope{}, err
 	}
-	return r.e.execute(ctx, r.proc, r.cap, call, fn)
+	return r.e.execute(ctx, r.proc, r.cap, call)
 }
 
-func (r *route) ExecuteStream(ctx context.Context, call *seam.Call, fn func(context.Context) error) (Envelope, error) {
+func (r *route) ExecuteStream(ctx context.Context, call seam.Call, fn func(context.Context) error) (Envelope, error) {
 	if !r.governed {
 		return Envelope{}, fn(ctx)
 	}
 	return r.e.executeStream(ctx, r.proc, r.cap, call, fn)
 }
 
-func (r *route) Refuse(ctx context.Context, call *seam.Call, err *Error) (Envelope, error) {
+func (r *route) Refuse(ctx context.Context, call seam.Call, err *Error) (Envelope, error) {
 	if !r.governed {
 		if err == nil {
 			return Envelope{}, nil

@@ -28,9 +28,11 @@ const (
 var errAuditTimeout = errors.New("agentsafe: the audit sink did not answer in time")
 
 // sinkQueue delivers one sink's events, in order, on a worker goroutine of
-// its own through a bounded queue, so that delivery costs the execution one
-// channel send: no goroutine or timer per event. The worker starts on
-// demand and exits after sinkIdle without events.
+// its own through a bounded queue, so that delivery costs the execution a
+// short critical section: no goroutine, channel or timer per event. The
+// worker starts on demand, drains whatever is queued before it parks
+// again (one wake-up per batch, not per event), and exits after sinkIdle
+// without events.
 //
 // When one call overruns the sink's bound, its worker is abandoned (one
 // goroutine per stall, never per event) and a fresh one takes the queue;
@@ -41,14 +43,32 @@ type sinkQueue struct {
 	name  string
 	call  func(ctx context.Context, ev Event) error
 	bound time.Duration
+	size  int
 	log   *slog.Logger
-	q     chan queued
+	// wake tells a parked worker that events are queued.
+	wake chan struct{}
 
-	running atomic.Bool   // a worker owns the queue
-	gen     atomic.Uint64 // the generation of the worker that owns it
-
-	mu      sync.Mutex
-	current *queued             // what the owning worker is delivering
+	mu sync.Mutex
+	// ring holds the queue: n events from head, at most size. It grows
+	// as far as it is used, and is reused.
+	ring    []queued
+	head, n int
+	worker  bool   // a worker owns the queue
+	parked  bool   // it is parked, and must be woken
+	gen     uint64 // the generation of the worker that owns the queue
+	// The call in progress, for the watchdog: a single timer, armed for
+	// the bound when a call starts and none is pending, which abandons the
+	// worker if the call it finds has overrun, and otherwise waits for
+	// that call's own bound: no timer operation per event.
+	inCall     bool
+	callStart  time.Duration // since epoch
+	current    queued
+	watch      *time.Timer
+	watchArmed bool
+	lastActive time.Duration // since epoch: when the worker last took an event
+	// epoch is what the call times count from: with its monotonic clock
+	// reading, time.Since reads one clock, where time.Now reads two.
+	epoch   time.Time
 	stalled map[string]struct{} // executions whose later events are dropped
 
 	delivered, dropped atomic.Uint64
@@ -64,85 +84,173 @@ type queued struct {
 }
 
 func newSinkQueue(name string, call func(context.Context, Event) error, bound time.Duration, size int, log *slog.Logger) *sinkQueue {
-	return &sinkQueue{name: name, call: call, bound: bound, log: log, q: make(chan queued, size), stalled: map[string]struct{}{}}
+	return &sinkQueue{name: name, call: call, bound: bound, size: size, log: log, wake: make(chan struct{}, 1), stalled: map[string]struct{}{}, epoch: time.Now()}
 }
 
 // enqueue hands ev to the sink without blocking: a full queue drops it,
 // counted and warned about.
 func (s *sinkQueue) enqueue(it queued) bool {
-	select {
-	case s.q <- it:
-	default:
+	s.mu.Lock()
+	if s.n >= s.size {
+		s.mu.Unlock()
 		s.drop("its queue is full")
 		return false
 	}
-	if !s.running.Load() && s.running.CompareAndSwap(false, true) {
-		go s.work(s.gen.Load())
+	if s.n == len(s.ring) {
+		s.grow()
+	}
+	s.ring[(s.head+s.n)%len(s.ring)] = it
+	s.n++
+	start, wake := !s.worker, s.parked
+	s.worker = true
+	s.parked = false
+	gen := s.gen
+	s.mu.Unlock()
+	switch {
+	case start:
+		go s.work(gen)
+	case wake:
+		select {
+		case s.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
 	}
 	return true
+}
+
+// grow makes room in the ring: twice the events, within the queue's size.
+func (s *sinkQueue) grow() {
+	ring := make([]queued, min(max(16, 2*len(s.ring)), s.size))
+	for i := range s.n {
+		ring[i] = s.ring[(s.head+i)%len(s.ring)]
+	}
+	s.ring, s.head = ring, 0
 }
 
 // work is one worker generation: it delivers queued events until it is
 // idle for sinkIdle, or until a call of its overran the bound and a new
 // generation took over.
 func (s *sinkQueue) work(gen uint64) {
-	watch := time.AfterFunc(time.Hour, func() { s.stall(gen) })
-	watch.Stop()
-	defer watch.Stop()
-	idle := time.NewTimer(sinkIdle)
-	defer idle.Stop()
+	var idle *time.Timer
 	for {
-		select {
-		case it := <-s.q:
-			if !s.deliver(gen, it, watch) {
-				return // abandoned: a fresh worker has the queue
+		s.mu.Lock()
+		if s.n == 0 {
+			// Drained: park until woken, or leave once idle for sinkIdle.
+			s.parked = true
+			if idle == nil {
+				idle = time.NewTimer(sinkIdle)
 			}
-			idle.Reset(sinkIdle)
-		case <-idle.C:
-			s.running.Store(false)
-			// An event queued between the timer and the store would have
-			// found a worker still running: take it, unless another
-			// worker was started for it meanwhile.
-			if len(s.q) == 0 || !s.running.CompareAndSwap(false, true) {
+			s.mu.Unlock()
+			if park(s.wake, idle.C) {
+				continue
+			}
+			s.mu.Lock()
+			if left := sinkIdle - (time.Since(s.epoch) - s.lastActive); s.parked && left > 0 {
+				idle.Reset(left)
+			} else if s.parked {
+				// Idle long enough. An event queued from here on starts a
+				// new worker.
+				s.worker, s.parked = false, false
+				if s.watch != nil {
+					s.watch.Stop()
+					s.watchArmed = false
+				}
+				s.mu.Unlock()
 				return
+			} else {
+				idle.Reset(sinkIdle) // woken as the timer fired: carry on
 			}
-			idle.Reset(sinkIdle)
+			s.mu.Unlock()
+			continue
 		}
+		it := s.ring[s.head]
+		s.ring[s.head] = queued{}
+		s.head = (s.head + 1) % len(s.ring)
+		s.n--
+		id := it.ev.ExecutionID
+		if _, ok := s.stalled[id]; ok {
+			if it.ev.Type.Final() {
+				delete(s.stalled, id) // the trail is over: forget it
+			}
+			s.mu.Unlock()
+			s.answer(it, errAuditTimeout)
+			s.drop("an earlier event of the same execution stalled it")
+			continue
+		}
+		now := time.Since(s.epoch)
+		s.inCall, s.callStart, s.current, s.lastActive = true, now, it, now
+		if !s.watchArmed {
+			s.watchArmed = true
+			if s.watch == nil {
+				s.watch = time.AfterFunc(s.bound, s.watchdog)
+			} else {
+				s.watch.Reset(s.bound)
+			}
+		}
+		s.mu.Unlock()
+
+		err := s.safeCall(it)
+		s.delivered.Add(1) // a late call did deliver its event too
+
+		s.mu.Lock()
+		if s.gen != gen {
+			// The watchdog abandoned this worker during the call: a fresh
+			// one has the queue, and the stall was answered.
+			s.mu.Unlock()
+			if idle != nil {
+				idle.Stop()
+			}
+			return
+		}
+		s.inCall, s.current = false, queued{}
+		s.mu.Unlock()
+		s.answer(it, err)
 	}
 }
 
-// deliver calls the sink for one event under the watchdog; it reports
-// false when the call overran and this worker was abandoned.
-func (s *sinkQueue) deliver(gen uint64, it queued, watch *time.Timer) bool {
-	id := it.ev.ExecutionID
-	s.mu.Lock()
-	if _, ok := s.stalled[id]; ok {
-		if it.ev.Type.Final() {
-			delete(s.stalled, id) // the trail is over: forget it
-		}
-		s.mu.Unlock()
-		s.answer(it, errAuditTimeout)
-		s.drop("an earlier event of the same execution stalled it")
+// park blocks an idle worker of the engine (a sink's, an attempt's) until
+// it is woken (true) or its idle timer fires (false). Idle workers are
+// parked here and nowhere else, which is how leak checks tell them from
+// workers stuck in a call (testenv.IgnoreIdleSinkWorkers).
+//
+//go:noinline
+func park(wake <-chan struct{}, idle <-chan time.Time) bool {
+	select {
+	case <-wake:
 		return true
-	}
-	s.current = &it
-	s.mu.Unlock()
-
-	watch.Reset(s.bound)
-	err := s.safeCall(it)
-	if !watch.Stop() {
-		// The watchdog fired: stall has handed the queue to a fresh worker
-		// and marked this execution stalled. The late call did deliver its
-		// event; this goroutine only leaves.
-		s.delivered.Add(1)
+	case <-idle:
 		return false
 	}
+}
+
+// watchdog runs when the timer armed at a call's start fires: a call that
+// has overrun the bound stalls its worker; one that started later gets
+// the rest of its own bound.
+func (s *sinkQueue) watchdog() {
 	s.mu.Lock()
-	s.current = nil
+	if !s.inCall {
+		s.watchArmed = false
+		s.mu.Unlock()
+		return
+	}
+	if left := s.bound - (time.Since(s.epoch) - s.callStart); left > 0 {
+		s.watch.Reset(left)
+		s.mu.Unlock()
+		return
+	}
+	s.watchArmed = false
+	c := s.current
+	if !c.ev.Type.Final() {
+		s.stalled[c.ev.ExecutionID] = struct{}{}
+	}
+	s.inCall, s.current = false, queued{}
+	s.gen++
+	gen := s.gen
+	s.parked = false // the fresh worker owns the queue (s.worker stays set)
 	s.mu.Unlock()
-	s.delivered.Add(1)
-	s.answer(it, err)
-	return true
+	s.answer(c, errAuditTimeout)
+	s.warn(fmt.Sprintf("a call overran its %s bound; that execution's later events are dropped for this sink", s.bound))
+	go s.work(gen)
 }
 
 func (s *sinkQueue) safeCall(it queued) (err error) {
@@ -158,26 +266,6 @@ func (s *sinkQueue) answer(it queued, err error) {
 	if it.done != nil {
 		it.done <- err // buffered: the waiter may have given up
 	}
-}
-
-// stall runs on the watchdog's goroutine when a call of worker gen overran
-// the bound: that worker is abandoned, the execution it was delivering is
-// marked stalled, and a fresh worker takes the queue.
-func (s *sinkQueue) stall(gen uint64) {
-	if !s.gen.CompareAndSwap(gen, gen+1) {
-		return
-	}
-	s.mu.Lock()
-	if c := s.current; c != nil {
-		if !c.ev.Type.Final() {
-			s.stalled[c.ev.ExecutionID] = struct{}{}
-		}
-		s.answer(*c, errAuditTimeout)
-		s.current = nil
-	}
-	s.mu.Unlock()
-	s.warn(fmt.Sprintf("a call overran its %s bound; that execution's later events are dropped for this sink", s.bound))
-	go s.work(gen + 1)
 }
 
 func (s *sinkQueue) drop(why string) {

@@ -10,10 +10,10 @@ import (
 // executeStream governs a streaming call (see route.ExecuteStream): one
 // attempt on the caller's goroutine, never retried, no approval and no
 // digest; a timeout only if the capability sets one explicitly.
-func (e *Engine) executeStream(ctx context.Context, proc string, c *capability, call *seam.Call, fn func(context.Context) error) (Envelope, error) {
+func (e *Engine) executeStream(ctx context.Context, proc string, c *capability, call seam.Call, fn func(context.Context) error) (Envelope, error) {
 	// A stream's input is not one message: nothing is bound, and no
 	// approval can be presented.
-	x := e.open(ctx, proc, &seam.Call{Surface: call.Surface, Status: call.Status}, c, true)
+	x := e.open(ctx, proc, seam.Call{Surface: call.Surface, Status: call.Status}, c, true)
 	_, env, err := x.finish(nil, x.runStream(c != nil, fn))
 	return env, err
 }

@@ -31,13 +31,13 @@ type attemptWriter struct {
 	mu       sync.Mutex
 	sent     http.Header // the header as of WriteHeader
 	status   int
-	body     []byte
+	body     buffer
 	overflow bool
 	sealed   bool
 }
 
-func newAttemptWriter(r *http.Request, max int64) *attemptWriter {
-	return &attemptWriter{header: make(http.Header), head: r.Method == http.MethodHead, max: max}
+func (a *attemptWriter) init(r *http.Request, max int64) {
+	a.header, a.head, a.max = make(http.Header), r.Method == http.MethodHead, max
 }
 
 func (a *attemptWriter) Header() http.Header { return a.header }
@@ -78,36 +78,18 @@ func (a *attemptWriter) Write(p []byte) (int, error) {
 		return 0, http.ErrBodyNotAllowed
 	case a.head:
 		return len(p), nil
-	case a.overflow || int64(len(a.body))+int64(len(p)) > a.max:
+	case a.overflow || int64(len(a.body.b))+int64(len(p)) > a.max:
 		a.overflow = true
 		return 0, a.tooLarge()
 	}
-	if a.body == nil {
+	if a.body.p == nil {
 		a.body = getBuffer(len(p))
 	}
-	a.body = append(a.body, p...)
+	if len(a.body.b)+len(p) > cap(a.body.b) {
+		a.body.growTo(len(a.body.b) + len(p))
+	}
+	a.body.b = append(a.body.b, p...)
 	return len(p), nil
-}
-
-// bufferPool recycles the response buffers of attempts. A buffer goes back
-// only once its writer is sealed (no Write can touch it again) and, for the
-// finalized attempt, replayed.
-var bufferPool sync.Pool
-
-// maxPooledBuffer keeps rare large responses from pinning memory.
-const maxPooledBuffer = 1 << 20
-
-func getBuffer(n int) []byte {
-	if p, ok := bufferPool.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, max(n, 512))
-}
-
-func putBuffer(b []byte) {
-	if b != nil && cap(b) <= maxPooledBuffer {
-		bufferPool.Put(&b)
-	}
 }
 
 // tooLarge is the error an overflowing attempt ends with. It reaches events
@@ -124,8 +106,7 @@ func (a *attemptWriter) seal(keep bool) {
 	defer a.mu.Unlock()
 	a.sealed = true
 	if !keep {
-		putBuffer(a.body)
-		a.body = nil
+		a.body.release()
 	}
 }
 
@@ -167,18 +148,17 @@ func (a *attemptWriter) replay(w http.ResponseWriter, env middleware.Envelope, m
 	if len(trailers) == 0 && bodyAllowed(status) && method != http.MethodHead &&
 		h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
 		// The whole body is known: say its length rather than chunk it.
-		h.Set("Content-Length", strconv.Itoa(len(a.body)))
+		h.Set("Content-Length", strconv.Itoa(len(a.body.b)))
 	}
 	w.WriteHeader(status)
-	if len(a.body) > 0 {
-		_, _ = w.Write(a.body) // the client left: nothing to do about it
+	if len(a.body.b) > 0 {
+		_, _ = w.Write(a.body.b) // the client left: nothing to do about it
 	}
 	for _, k := range trailers {
 		h[k] = a.header[k]
 	}
 	a.mu.Lock()
-	putBuffer(a.body)
-	a.body = nil
+	a.body.release()
 	a.mu.Unlock()
 }
 

@@ -40,7 +40,7 @@ func (replayCodec) Marshal(a *attemptWriter) ([]byte, error) {
 		}
 	}
 	adapter.DelHeaders(h)
-	return replay.EncodeHTTP(status, h, a.body), nil
+	return replay.EncodeHTTP(status, h, a.body.b), nil
 }
 
 // Unmarshal rebuilds a sealed attempt writer; nil is an empty 200.
@@ -56,7 +56,7 @@ func (replayCodec) Unmarshal(b []byte) (*attemptWriter, error) {
 	}
 	a.header, a.sent, a.status = h, h, status
 	if len(body) > 0 {
-		a.body = body
+		a.body = buffer{b: body} // not pooled: release leaves it to the collector
 	}
 	return a, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -24,15 +25,21 @@ func serve(rt adapter.Route, stream bool, h http.Handler, cfg *config, w http.Re
 		refuseBody(rt, w, r, err)
 		return
 	}
-	x := &exchange{r: r, body: body, h: h, max: cfg.maxResponse}
+	x := &exchange{r: r, body: body.b, h: h, max: cfg.maxResponse}
 	c := call[*attemptWriter](r)
-	c.Input = adapter.HTTPInput(r, body, cfg.bound...)
+	c.Input = adapter.HTTPInput(r, body.b, cfg.bound...)
 	c.IdempotencyKey, c.Codec = callerKey(r), replayCodec{}
 	final, env, err := adapter.Execute(r.Context(), rt, c, x.attempt)
 	if _, own := adapter.HandlerError(err); err != nil && !own {
 		final = nil // an outcome the engine decided: the envelope is the answer
 	}
 	x.seal(final)
+	if int(x.returned.Load()) == env.Attempts {
+		// Every attempt the engine started has returned, so none reads
+		// the body any more (one abandoned, or not yet running, might:
+		// then the body is left to the collector).
+		body.release()
+	}
 	reraiseAbort(err)
 	if final != nil {
 		// A success, or the handler's own failing response: as written.
@@ -64,8 +71,19 @@ type exchange struct {
 	h    http.Handler
 	max  int64
 
+	// returned counts the attempts whose handler has returned.
+	returned atomic.Int32
+
 	mu      sync.Mutex
 	writers []*attemptWriter
+	// The first attempt's writer and body reader, and room for it in
+	// writers: most executions have one attempt, and then the exchange is
+	// one allocation instead of four.
+	first struct {
+		writers [1]*attemptWriter
+		w       attemptWriter
+		body    bodyReader
+	}
 }
 
 // attempt is one run of the handler on its own request copy (a fresh reader
@@ -73,16 +91,26 @@ type exchange struct {
 // request is copied for every attempt, the first included: an abandoned
 // attempt may still run after the server took its request back.
 func (x *exchange) attempt(ctx context.Context) (*attemptWriter, error) {
-	aw := newAttemptWriter(x.r, x.max)
 	x.mu.Lock()
+	var aw *attemptWriter
+	var body *bodyReader
+	if x.writers == nil {
+		aw, body = &x.first.w, &x.first.body
+		x.writers = x.first.writers[:0]
+	} else {
+		aw, body = new(attemptWriter), new(bodyReader)
+	}
+	aw.init(x.r, x.max)
 	x.writers = append(x.writers, aw)
 	x.mu.Unlock()
+	defer x.returned.Add(1)
 
 	req := x.r.Clone(ctx)
 	req.ContentLength = int64(len(x.body))
 	req.Body = http.NoBody
 	if len(x.body) > 0 {
-		req.Body = newBodyReader(x.body)
+		body.Reset(x.body)
+		req.Body = body
 	}
 	x.h.ServeHTTP(aw, req)
 	return aw, aw.outcome(ctx)
@@ -101,40 +129,46 @@ func (x *exchange) seal(final *attemptWriter) {
 // WriteTo, so io.Copy from it does not allocate a buffer.
 type bodyReader struct{ bytes.Reader }
 
-func newBodyReader(b []byte) *bodyReader {
-	r := new(bodyReader)
-	r.Reset(b)
-	return r
-}
-
 func (*bodyReader) Close() error { return nil }
 
-// readBody reads the whole body, at most limit bytes. A Content-Length over
-// the limit is refused without reading.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// readBody reads the whole body, at most limit bytes, into a pooled buffer
+// (see buffers). A Content-Length over the limit is refused without
+// reading.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) (buffer, error) {
 	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
+		return buffer{}, &http.MaxBytesError{Limit: limit}
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
+		return buffer{}, nil
 	}
 	size := 512
 	if r.ContentLength > 0 {
 		size = int(r.ContentLength) + 1 // +1: the read that sees EOF needs no growth
 	}
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	b := make([]byte, 0, size)
+	rd := r.Body
+	if r.ContentLength < 0 {
+		// Only a body of unknown length can outgrow its limit unseen
+		// (net/http ends a declared one at its length); MaxBytesReader
+		// also tells the server to close the connection when it does.
+		rd = http.MaxBytesReader(w, r.Body, limit)
+	}
+	b := getBuffer(size)
 	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+		if len(b.b) == cap(b.b) {
+			b.grow()
 		}
-		n, err := rd.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
+		n, err := rd.Read(b.b[len(b.b):cap(b.b)])
+		b.b = b.b[:len(b.b)+n]
+		if int64(len(b.b)) > limit {
+			b.release()
+			return buffer{}, &http.MaxBytesError{Limit: limit}
+		}
 		if err == io.EOF {
 			return b, nil
 		}
 		if err != nil {
-			return nil, err
+			b.release()
+			return buffer{}, err
 		}
 	}
 }

@@ -15,43 +15,46 @@
 -- the execution that consumed the record succeeds: a client may retry
 -- after a lost reply. The requester is compared whole: the on_behalf_of
 -- lists are JSON that Go encodes the same way for the same list.
-local r = read('status', 'audience', 'requester_id', 'requester_tenant', 'requester_kind', 'requester_on_behalf_of',
-  'expires_at', 'consumed_by', 'procedure', 'type', 'quorum', 'digest',
+local v = redis.call('HMGET', KEYS[1], 'status', 'audience', 'requester_id', 'requester_tenant', 'requester_kind',
+  'requester_on_behalf_of', 'expires_at', 'consumed_by', 'procedure', 'type', 'quorum', 'digest',
   'approver_id', 'approver_tenant', 'approver_kind', 'approver_on_behalf_of', 'comment', 'decided_at')
-if not r.status or r.audience ~= ARGV[2] or r.requester_id ~= ARGV[3] or r.requester_tenant ~= ARGV[4]
-    or (r.requester_kind or '') ~= ARGV[5] or (r.requester_on_behalf_of or '') ~= ARGV[6] then
+local status = v[1]
+if not status or v[2] ~= ARGV[2] or v[3] ~= ARGV[3] or v[4] ~= ARGV[4]
+    or (v[5] or '') ~= ARGV[5] or (v[6] or '') ~= ARGV[6] then
   return {'not_found'}
 end
-local approval = {'ok', r.type or '', r.approver_id or '', r.approver_tenant or '', r.approver_kind or '',
-  r.approver_on_behalf_of or '', r.comment or '', r.decided_at or ''}
+-- The deciding vote, as the reply carries it on success.
+local function approval()
+  return {'ok', v[10] or '', v[13] or '', v[14] or '', v[15] or '', v[16] or '', v[17] or '', v[18] or ''}
+end
 local now = now_us()
-local expires = tonumber(r.expires_at)
-if r.status == 'approved' then
+local expires = tonumber(v[7])
+if status == 'approved' then
   if now >= expires then
     return {'expired'}
   end
-elseif r.status == 'pending' then
+elseif status == 'pending' then
   if now >= expires then
     return {'expired'}
   end
   return {'pending'}
-elseif r.status == 'rejected' or r.status == 'cancelled' then
+elseif status == 'rejected' or status == 'cancelled' then
   return {'rejected'}
-elseif r.status == 'expired' then -- never stored today; read like rules.go would
+elseif status == 'expired' then -- never stored today; read like rules.go would
   return {'expired'}
 else -- consumed, completed, failed, in_doubt
-  if r.consumed_by == ARGV[11] then
+  if v[8] == ARGV[11] then
     if ARGV[14] == '1' then
       redis.call('HSET', KEYS[1], 'consumed_by', ARGV[11])
     end
-    return approval
+    return approval()
   end
   return {'consumed'}
 end
-if r.procedure ~= ARGV[7] or r.type ~= ARGV[8] or math.max(tonumber(r.quorum) or 0, 1) ~= tonumber(ARGV[9]) then
+if v[9] ~= ARGV[7] or v[10] ~= ARGV[8] or math.max(tonumber(v[11]) or 0, 1) ~= tonumber(ARGV[9]) then
   return {'resume_mismatch'}
 end
-if r.digest ~= ARGV[10] then
+if v[12] ~= ARGV[10] then
   return {'input_mismatch'}
 end
 local lease = now + tonumber(ARGV[12])
@@ -61,4 +64,4 @@ redis.call('HSET', KEYS[1], 'status', 'consumed', 'consumed_by', ARGV[11], 'cons
 if lease > expires then
   redis.call('PEXPIRE', KEYS[1], ttl_ms(lease - now + tonumber(ARGV[13])))
 end
-return approval
+return approval()

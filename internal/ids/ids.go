@@ -22,12 +22,21 @@ func New(prefix string) string {
 }
 
 // Pair returns two new identifiers, with prefixes a and b, from one read
-// of crypto/rand: an execution id and its idempotency key are made on every
-// governed call.
+// of crypto/rand and in one allocation (the two share it): an execution id
+// and its idempotency key are made on every governed call.
 func Pair(a, b string) (string, string) {
 	var raw [HexLen]byte
 	_, _ = rand.Read(raw[:])
-	return encode(a, raw[:HexLen/2]), encode(b, raw[HexLen/2:])
+	var digits [2 * HexLen]byte
+	hex.Encode(digits[:], raw[:])
+	var sb strings.Builder
+	sb.Grow(len(a) + len(b) + 2*HexLen)
+	sb.WriteString(a)
+	sb.Write(digits[:HexLen])
+	sb.WriteString(b)
+	sb.Write(digits[HexLen:])
+	s := sb.String()
+	return s[:len(a)+HexLen], s[len(a)+HexLen:]
 }
 
 // Derive returns prefix followed by the first 128 bits of a SHA-256 over the

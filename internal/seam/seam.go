@@ -47,6 +47,14 @@ type Call struct {
 	// errors; nil when the adapter's codec cannot.
 	MarshalError   func(error) ([]byte, error)
 	UnmarshalError func([]byte) (error, error)
+	// Attempt is the adapter's attempt function: a typed function of the
+	// SPI whose method erases the type, so that a call costs no closure.
+	Attempt Attempt
+}
+
+// Attempt runs one attempt of a call.
+type Attempt interface {
+	RunAttempt(ctx context.Context) (any, error)
 }
 
 // Input is a call's input as the engine binds it.
@@ -69,9 +77,6 @@ const (
 // told to); for an attempt the engine abandoned, it is a success that
 // landed late.
 var ErrNoResponse = errors.New("agentsafe: the handler returned without a response")
-
-// Attempt is the attempt function the engine runs.
-type Attempt = func(ctx context.Context) (any, error)
 
 // KeyLabel is the context key of the label middleware.WithKeyLabel sets.
 type KeyLabel struct{}

@@ -86,12 +86,18 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 	}
 	call := c.seam()
 	ctx = marked(ctx, &call)
-	v, env, err := r.r.Execute(ctx, &call, func(ctx context.Context) (any, error) {
-		return attempt(ctx)
-	})
+	call.Attempt = attemptFunc[T](attempt)
+	v, env, err := r.r.Execute(ctx, call)
 	t, _ := v.(T) // only attempt's values go in
 	return t, env, err
 }
+
+// attemptFunc is an attempt function of [Execute] as the engine, which
+// knows no T, runs it: a func type rather than a closure over the
+// function, so that erasing T allocates nothing.
+type attemptFunc[T any] func(context.Context) (T, error)
+
+func (f attemptFunc[T]) RunAttempt(ctx context.Context) (any, error) { return f(ctx) }
 
 // ExecuteStream governs a streaming call through route r. A stream cannot
 // be abandoned or replayed, so fn runs once, synchronously, on the
@@ -109,7 +115,7 @@ func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx c
 	}
 	call := c.seam()
 	ctx = marked(ctx, &call)
-	return r.r.ExecuteStream(ctx, &call, fn)
+	return r.r.ExecuteStream(ctx, call, fn)
 }
 
 // Refuse records a governed call that the adapter cannot even hand to the
@@ -127,7 +133,7 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 	}
 	call := c.seam()
 	ctx = marked(ctx, &call)
-	return r.r.Refuse(ctx, &call, err)
+	return r.r.Refuse(ctx, call, err)
 }
 
 // Codec converts an attempt's value T to and from bytes, for stored-result

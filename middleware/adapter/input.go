@@ -48,26 +48,32 @@ func (p protoInput) JSON() ([]byte, error) { return digest.ProtoJSON(p.m) }
 // types, raw bytes otherwise). body is the complete request body, read by
 // the caller; r.Body is not touched.
 func HTTPInput(r *http.Request, body []byte, bound ...string) Input {
-	return httpInput{digest.HTTPRequest{
-		Method:       r.Method,
-		Path:         r.URL.EscapedPath(),
-		Query:        r.URL.Query(),
-		Header:       r.Header,
-		BoundHeaders: bound,
-		Body:         body,
-	}}
+	return &httpInput{r: r, body: body, bound: bound}
 }
 
-type httpInput struct{ r digest.HTTPRequest }
+// httpInput parses the request's path and query only when asked to bind
+// it: most calls need no digest. r is not modified while the call runs.
+type httpInput struct {
+	r     *http.Request
+	body  []byte
+	bound []string
+}
 
-func (h httpInput) JSON() ([]byte, error) {
+func (h *httpInput) JSON() ([]byte, error) {
 	if !digest.IsJSON(h.r.Header.Get("Content-Type")) {
 		return nil, nil
 	}
-	return h.r.Body, nil
+	return h.body, nil
 }
 
-func (h httpInput) Digest(procedure string) (string, error) {
-	h.r.Procedure = procedure
-	return digest.HTTP(h.r)
+func (h *httpInput) Digest(procedure string) (string, error) {
+	return digest.HTTP(digest.HTTPRequest{
+		Procedure:    procedure,
+		Method:       h.r.Method,
+		Path:         h.r.URL.EscapedPath(),
+		Query:        h.r.URL.Query(),
+		Header:       h.r.Header,
+		BoundHeaders: h.bound,
+		Body:         h.body,
+	})
 }

@@ -20,9 +20,11 @@ type engineRoute interface {
 	Procedure() string
 	Capability() (middleware.Capability, bool)
 	MayRetry() bool
-	Execute(ctx context.Context, call *seam.Call, fn seam.Attempt) (any, middleware.Envelope, error)
-	ExecuteStream(ctx context.Context, call *seam.Call, fn func(context.Context) error) (middleware.Envelope, error)
-	Refuse(ctx context.Context, call *seam.Call, err *middleware.Error) (middleware.Envelope, error)
+	// The call goes by value: an interface call would move a pointer to
+	// it to the heap, once per call.
+	Execute(ctx context.Context, call seam.Call) (any, middleware.Envelope, error)
+	ExecuteStream(ctx context.Context, call seam.Call, fn func(context.Context) error) (middleware.Envelope, error)
+	Refuse(ctx context.Context, call seam.Call, err *middleware.Error) (middleware.Envelope, error)
 	Listed(ctx context.Context, surface uint8) bool
 }
 

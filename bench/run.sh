@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Regenerates every figure of README.md in one run: the benchmarks, each
+# -count 6 (sub-benchmarks alternate within each count), the scale and
+# heap tests, the Redis consumption ceiling, benchstat's tables and the
+# load-curve plot. Raw output and tables go to data/ (or $1); load.svg
+# beside this file. Needs benchstat
+# (go install golang.org/x/perf/cmd/benchstat@latest), redis-server and
+# redis-benchmark. Takes about 15 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")"
+out=${1:-data}
+count=${COUNT:-6}
+mkdir -p "$out"
+run() { echo "+ $*" >&2; "$@"; }
+
+# In process: the governed no-op read against the floor and failsafe-go,
+# one retry, the sink path (slog, OTel) and allocations per event.
+run go test -run '^$' -bench '^(BenchmarkGoverned|BenchmarkOneRetry|BenchmarkSlogSink|BenchmarkOTel|BenchmarkEventAllocs)$' \
+	-benchtime 20000x -count "$count" . >"$out/engine.txt"
+# Over loopback (Connect, gRPC, net/http) and net/http in process.
+run go test -run '^$' -bench '^(BenchmarkConnectUnary|BenchmarkGRPCUnary|BenchmarkNetHTTP|BenchmarkNetHTTPLoopback)$' \
+	-benchtime 2000x -count "$count" . >"$out/rpc.txt"
+# The load curve: Connect bare vs governed at 1, 8, 64 and 256 callers.
+run go test -run '^$' -bench '^BenchmarkConnectLoad$' -benchtime 3000x -count "$count" . >"$out/load.txt"
+# 10,000 executions, 10,000 abandoned attempts, heap per in-flight call.
+run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
+# Approval consumption on real Redis.
+run ./redis.sh >"$out/redis.txt"
+
+{
+	echo '## Governed vs floor, failsafe-go Get and GetAsync'
+	benchstat -col '/impl@(floor agentsafe)' -filter '.name:Governed' "$out/engine.txt"
+	benchstat -col '/impl@(failsafe-go agentsafe)' -filter '.name:Governed' "$out/engine.txt"
+	benchstat -col '/impl@(failsafe-go-async agentsafe)' -filter '.name:Governed' "$out/engine.txt"
+	echo '## One retry, slog sink, OTel'
+	benchstat -col '/impl@(failsafe-go agentsafe)' -filter '.name:(OneRetry OR SlogSink OR OTel)' "$out/engine.txt"
+	echo '## Allocations per event'
+	benchstat -col '/sink@(none one)' -filter '.name:EventAllocs' "$out/engine.txt"
+	echo '## Connect and gRPC over loopback'
+	benchstat -col '/server@(bare agentsafe)' -filter '.name:ConnectUnary' "$out/rpc.txt"
+	benchstat -col '/impl@(bare agentsafe)' -filter '.name:GRPCUnary' "$out/rpc.txt"
+	benchstat -col '/impl@(go-grpc-middleware agentsafe)' -filter '.name:GRPCUnary' "$out/rpc.txt"
+	echo '## net/http'
+	benchstat -col '/impl@(bare agentsafe)' -filter '.name:(NetHTTP OR NetHTTPLoopback)' "$out/rpc.txt"
+	echo '## Load curve'
+	benchstat -col '/server@(bare agentsafe)' "$out/load.txt"
+} >"$out/benchstat.txt" 2>&1
+# Every ratio against its goal: medians of the runs, wall time (ns/op)
+# and the process's CPU time (cpu-ns/op).
+ratios() {
+	local file=$1 num=$2 den=$3 label=$4 goal=$5
+	go run ./cmd/ratio "$out/$file" ns/op "$num" "$den" "$label, time" "$goal"
+	go run ./cmd/ratio "$out/$file" cpu-ns/op "$num" "$den" "$label, CPU" "$goal"
+}
+{
+	echo '| figure | agentsafe / peer (medians) | ratio | goal | |'
+	echo '|---|---|---|---|---|'
+	ratios engine.txt BenchmarkGoverned/impl=agentsafe BenchmarkGoverned/impl=floor 'governed no-op read / floor' '<=1.1'
+	ratios engine.txt BenchmarkGoverned/impl=agentsafe BenchmarkGoverned/impl=failsafe-go 'governed no-op read / failsafe-go Get' '<=1.0'
+	ratios engine.txt BenchmarkGoverned/impl=agentsafe BenchmarkGoverned/impl=failsafe-go-async 'governed no-op read / failsafe-go GetAsync' '<=0.5'
+	ratios engine.txt BenchmarkOneRetry/impl=agentsafe BenchmarkOneRetry/impl=failsafe-go 'one retry / failsafe-go' '-'
+	ratios engine.txt BenchmarkSlogSink/impl=agentsafe BenchmarkSlogSink/impl=failsafe-go 'slog sink / failsafe-go listeners logging the same' '<=1.3'
+	ratios engine.txt BenchmarkOTel/impl=agentsafe BenchmarkOTel/impl=failsafe-go 'agentsafeotel / failsafe-go hand-written spans+metrics' '<=1.5'
+	ratios rpc.txt BenchmarkConnectUnary/server=agentsafe BenchmarkConnectUnary/server=bare 'Connect unary, loopback / bare' '<=1.05'
+	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe BenchmarkGRPCUnary/impl=bare 'gRPC unary, loopback / bare' '<=1.05'
+	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe BenchmarkGRPCUnary/impl=go-grpc-middleware 'gRPC unary, loopback / go-grpc-middleware retry+timeout' '<=0.9'
+	ratios rpc.txt BenchmarkNetHTTP/body=1KiB/impl=agentsafe BenchmarkNetHTTP/body=1KiB/impl=bare 'net/http in process, 1 KiB / bare' '<=1.5'
+	ratios rpc.txt BenchmarkNetHTTP/body=64KiB/impl=agentsafe BenchmarkNetHTTP/body=64KiB/impl=bare 'net/http in process, 64 KiB / bare' '<=2'
+	ratios rpc.txt BenchmarkNetHTTPLoopback/body=1KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=1KiB/impl=bare 'net/http loopback, 1 KiB / bare' '<=1.1'
+	ratios rpc.txt BenchmarkNetHTTPLoopback/body=64KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=64KiB/impl=bare 'net/http loopback, 64 KiB / bare' '<=1.1'
+} >"$out/ratios.md"
+run go run ./cmd/loadplot "$out/load.txt" load.svg >"$out/load.md"
+echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/scale.txt, $out/redis.txt, load.svg" >&2
