@@ -70,7 +70,7 @@ func TestEventSequences(t *testing.T) {
 				var n atomic.Int32
 				_, env, _ := f.run(ctx, procRead, func(ctx context.Context) (any, error) { return tc.fn(n.Add(1))(ctx) })
 				f.wantTypes(env.ExecutionID, tc.want...)
-				evs := f.rec.Execution(env.ExecutionID)
+				evs := f.events(env.ExecutionID)
 				var retried []step
 				for _, e := range evs {
 					if e.ExecutionID != env.ExecutionID || e.Procedure != procRead || e.SideEffect != middleware.SideEffectRead {
@@ -191,7 +191,7 @@ func TestDigestKeyHidesTheInputDigestOnEvents(t *testing.T) {
 	} {
 		f := newFixture(t, procRead, read(0, time.Second), tc.opts...)
 		_, env, _ := execute(f.eng, t.Context(), call{Procedure: procRead, Input: in}, func(context.Context) (any, error) { return nil, nil })
-		for _, e := range f.rec.Execution(env.ExecutionID) {
+		for _, e := range f.events(env.ExecutionID) {
 			if !tc.want(e.InputDigest) {
 				t.Errorf("%s: event %s digest %q", tc.name, e.Type, e.InputDigest)
 			}
@@ -227,7 +227,7 @@ func TestActorFunction(t *testing.T) {
 	if seen.ID != "agent-7" || seen.Tenant != "acme" {
 		t.Errorf("handler saw actor %+v", seen)
 	}
-	for _, e := range f.rec.Execution(env.ExecutionID) {
+	for _, e := range f.events(env.ExecutionID) {
 		if e.Actor != (middleware.ActorRef{ID: "agent-7", Tenant: "acme"}) {
 			t.Errorf("event %s actor = %+v", e.Type, e.Actor)
 		}

@@ -87,7 +87,7 @@ func TestIgnoredContextReportsTimeoutAtDeadlineAndDiscardsLateResult(t *testing.
 		time.Sleep(2 * time.Hour) // let the abandoned handler return
 		synctest.Wait()
 		f.wantTypes(env.ExecutionID, middleware.EventRequested, middleware.EventStarted, middleware.EventCancelled, middleware.EventAbandonedResult)
-		evs := f.rec.Execution(env.ExecutionID)
+		evs := f.events(env.ExecutionID)
 		if last := evs[len(evs)-1]; !last.Succeeded || last.Attempt != 1 {
 			t.Errorf("abandoned_result = %+v, want attempt 1 succeeded", last)
 		}
@@ -117,7 +117,7 @@ func TestTimedOutReadRetriesUnderAFreshTimer(t *testing.T) {
 				t.Errorf("attempt %d started with %s left, want a fresh 100ms", i+1, d)
 			}
 		}
-		evs := f.rec.Execution(env.ExecutionID)
+		evs := f.events(env.ExecutionID)
 		if evs[2].Type != middleware.EventRetried || evs[2].PreviousErrorCode != middleware.CodeTimeout || evs[2].Attempt != 2 {
 			t.Errorf("retried event = %+v, want attempt 2 after TIMEOUT", evs[2])
 		}
