@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,11 +32,16 @@ func ProgressSink() middleware.EventSink { return progressSink{} }
 type progressSink struct{}
 
 func (progressSink) HandleEvent(ctx context.Context, e middleware.Event) {
-	if e.Type != middleware.EventRetried {
-		return
-	}
 	p, ok := ctx.Value(progressKey{}).(*progress)
 	if !ok || p.procedure != e.Procedure {
+		return
+	}
+	p.seen.Store(true)
+	if e.Type.Final() {
+		p.finalOnce.Do(func() { close(p.final) })
+		return
+	}
+	if e.Type != middleware.EventRetried {
 		return
 	}
 	p.send(&mcp.ProgressNotificationParams{
@@ -56,7 +63,18 @@ type progress struct {
 	mu     sync.Mutex
 	closed bool
 	queue  chan *mcp.ProgressNotificationParams
+
+	// final is closed when the sink sees the execution's final event:
+	// the sink's events come in order, so every retry is queued by then.
+	final     chan struct{}
+	finalOnce sync.Once
+	seen      atomic.Bool // the sink is installed and has its events
 }
+
+// progressFlush bounds how long a tool result waits for the sink to catch
+// up with its execution: a sink stalled behind another call only loses
+// progress, never holds the result.
+const progressFlush = time.Second
 
 // progressQueue bounds the notifications waiting to be sent; more retries
 // than this cannot be configured sensibly, and extra ones are dropped.
@@ -71,6 +89,7 @@ func (t *tool) startProgress(ctx context.Context, session *mcp.ServerSession, to
 		token:     token,
 		total:     float64(1 + t.capability.Retry.MaxRetries),
 		queue:     make(chan *mcp.ProgressNotificationParams, progressQueue),
+		final:     make(chan struct{}),
 	}
 	done := make(chan struct{})
 	go func() {
@@ -82,6 +101,15 @@ func (t *tool) startProgress(ctx context.Context, session *mcp.ServerSession, to
 		}
 	}()
 	return context.WithValue(ctx, progressKey{}, p), func() {
+		if p.seen.Load() {
+			t := time.NewTimer(progressFlush)
+			select {
+			case <-p.final:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
 		p.mu.Lock()
 		p.closed = true
 		close(p.queue)
