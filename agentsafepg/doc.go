@@ -1,4 +1,4 @@
-// Package agentsafepg keeps agentsafe's approvals in
+// Package agentsafepg keeps agentsafe's approvals and audit trail in
 // PostgreSQL, for services whose system of record is PostgreSQL: the
 // approval, the effect and the evidence live in one database. It is a
 // package of its own so that importing approvalstore never links pgx.
@@ -7,8 +7,11 @@
 //	...
 //	if err := agentsafepg.Migrate(ctx, pool); err != nil { ... } // or apply agentsafepg.Migrations() yourself
 //	approvals, err := agentsafepg.NewApprovalStore(pool)
+//	audit, err := agentsafepg.NewAuditSink(pool)
+//	defer audit.Close(ctx)
 //	eng, err := middleware.New(reg,
-//		middleware.WithApprovalStore(approvals))
+//		middleware.WithApprovalStore(approvals),
+//		middleware.WithAuditSink(audit))
 //
 // Everything lives in the schema "agentsafe", created by the versioned SQL
 // of [Migrations]: [Migrate] applies it, or an application applies the
@@ -30,4 +33,13 @@
 // primary committed: the promoted standby has those records approved, and
 // a resume could run a second time. The engine's approval-derived
 // idempotency key gives the downstream the same key both times.
+//
+// # Audit
+//
+// [AuditSink] is a strict audit sink (middleware.WithAuditSink): it
+// writes capability.requested and capability.started before it returns —
+// nothing runs on an event that is not committed — and batches every other
+// event. Rows carry no payload and are indexed for the two questions an
+// audit asks: every event of one execution, and every execution of one
+// actor.
 package agentsafepg

@@ -151,11 +151,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // version (the stores check it when they are made, so that a missing
 // Migrate shows at start-up, not at the first approval).
 func checkSchema(ctx context.Context, pool *pgxpool.Pool, version int) error {
-	var have int
-	err := pool.QueryRow(ctx, `SELECT CASE WHEN to_regclass('agentsafe.schema_migrations') IS NULL THEN 0
-		ELSE (SELECT count(*) FROM agentsafe.schema_migrations WHERE version <= $1) END`, version).Scan(&have)
-	if err != nil {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('agentsafe.schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
 		return fmt.Errorf("agentsafepg: read the schema version: %w", err)
+	}
+	var have int
+	if exists {
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM agentsafe.schema_migrations WHERE version <= $1", version).Scan(&have)
+		if err != nil {
+			return fmt.Errorf("agentsafepg: read the schema version: %w", err)
+		}
 	}
 	if have < version {
 		return fmt.Errorf("agentsafepg: the database has %d of the %d migrations this package needs: run agentsafepg.Migrate (or apply agentsafepg.Migrations) first", have, version)
