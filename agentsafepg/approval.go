@@ -65,10 +65,10 @@ func (s *ApprovalStore) Create(ctx context.Context, req store.ApprovalRequest) (
 	}
 	a := req.Requester
 	rows, err := s.pool.Query(ctx, "SELECT "+recordColumns("a.status")+", a.payload FROM agentsafe.approval_create("+
-		"$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) a",
+		"$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) a",
 		req.ID, req.Audience, req.Procedure, req.Type, req.Quorum,
 		a.ID, a.Tenant, a.Kind, list(a.OnBehalfOf),
-		req.RequestedBy, req.Digest, req.View, list(req.Reasons), req.SideEffect, req.Risk,
+		req.RequestedBy, req.Digest, binding(req.Audience, a, req.Procedure, req.Type, req.Quorum, req.Digest), req.View, list(req.Reasons), req.SideEffect, req.Risk,
 		req.ExpiresIn, payload(req.Payload), s.cfg.maxPending, s.cfg.retention, s.cfg.clockSkew())
 	if err != nil {
 		return store.ApprovalRecord{}, err
@@ -158,73 +158,48 @@ func (s *ApprovalStore) Decide(ctx context.Context, id string, d store.Decision)
 // later read cannot explain (the record changed in between).
 const maxTries = 3
 
-// consumeColumns are what a Consume reads of a record: what the
-// execution needs (the deciding vote), then what names a refusal.
-const consumeColumns = `a.approval_type, a.approver_id, a.approver_tenant, a.approver_kind, a.approver_on_behalf_of, a.comment, a.decided_at,
-	a.audience, a.requester_id, a.requester_tenant, a.requester_kind, a.requester_on_behalf_of, a.consumed_by, a.procedure, a.quorum, a.digest`
+// consumeSQL consumes an approved record in one conditional UPDATE: it
+// writes only when every check of the contract holds, as of the database
+// clock, and returns only what the execution needs (the deciding vote).
+// The binding column stands for audience, whole actor, procedure, approval
+// type, quorum and digest at once.
+const consumeSQL = `UPDATE agentsafe.approvals a SET
+	status = 'consumed', consumed_by = $2, consumed_at = clock_timestamp() + $1::interval, lease = $3::interval,
+	retain_until = greatest(a.expires_at, clock_timestamp() + $1::interval + $3::interval) + a.retention
+WHERE a.id = $4 AND a.status = 'approved' AND clock_timestamp() + $1::interval < a.expires_at AND a.binding = $5
+RETURNING a.approval_type, a.approver_id, a.approver_tenant, a.approver_kind, a.approver_on_behalf_of, a.comment, a.decided_at`
 
-// consumeSQL consumes an approved record in one statement. Its conditional
-// UPDATE writes only when every check of the contract holds, as of the
-// database clock; when it writes nothing, the statement returns the record
-// as its snapshot saw it instead, so that a refusal is named in the same
-// round trip.
-const consumeSQL = `WITH c AS (SELECT clock_timestamp() + $1::interval AS t),
-u AS (
-	UPDATE agentsafe.approvals a SET
-		status = 'consumed', consumed_by = $2, consumed_at = c.t, lease_until = c.t + $3::interval,
-		retain_until = greatest(a.expires_at, c.t + $3::interval) + a.retention
-	FROM c
-	WHERE a.id = $4 AND a.status = 'approved' AND c.t < a.expires_at
-		AND a.audience = $5 AND a.requester_id = $6 AND a.requester_tenant = $7 AND a.requester_kind = $8 AND a.requester_on_behalf_of = $9
-		AND a.procedure = $10 AND a.approval_type = $11 AND greatest(a.quorum, 1) = $12 AND a.digest = $13
-	RETURNING true AS consumed, a.status, ` + consumeColumns + `
-)
-SELECT * FROM u
-UNION ALL
-SELECT false, ` + statusAsOf + `, ` + consumeColumns + `
-FROM agentsafe.approvals a, c WHERE a.id = $4 AND NOT EXISTS (SELECT 1 FROM u)`
-
-// Consume implements [store.ApprovalStore]: one statement, in one round
-// trip. When its conditional UPDATE changes nothing, the record as the
-// statement saw it names the refusal, or shows the record consumed by this
-// very execution (a retry after a lost reply), which succeeds. A record
-// that changed while the statement waited for it (a concurrent consumer
-// or Release) is judged by a further statement.
+// Consume implements [store.ApprovalStore]: one conditional UPDATE …
+// RETURNING, in one round trip. When it changes nothing, a read of the
+// record names the refusal, or finds the record consumed by this very
+// execution (a retry after a lost reply), which succeeds; a record that
+// passes every check by then (a Release in between) is consumed again.
 func (s *ApprovalStore) Consume(ctx context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	if !store.ValidApprovalID(id) {
 		return store.ConsumedApproval{}, store.ErrApprovalNotFound
 	}
-	a := req.Actor
+	bound := binding(req.Audience, req.Actor, req.Procedure, req.Type, req.Quorum, req.Digest)
 	for range maxTries {
-		var (
-			consumed  bool
-			status    string
-			r         store.ApprovalRecord
-			decidedAt pgtimestamptz
-		)
-		err := s.pool.QueryRow(ctx, consumeSQL, s.cfg.clockSkew(), req.ExecutionID, req.Lease, id,
-			req.Audience, a.ID, a.Tenant, a.Kind, list(a.OnBehalfOf), req.Procedure, req.Type, quorum(req.Quorum), req.Digest).
-			Scan(&consumed, &status, &r.Type, &r.Approver.ID, &r.Approver.Tenant, &r.Approver.Kind, &r.Approver.OnBehalfOf, &r.Comment, &decidedAt,
-				&r.Audience, &r.Requester.ID, &r.Requester.Tenant, &r.Requester.Kind, &r.Requester.OnBehalfOf, &r.ConsumedBy, &r.Procedure, &r.Quorum, &r.Digest)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.ConsumedApproval{}, store.ErrApprovalNotFound
+		got := store.ConsumedApproval{ID: id}
+		var decidedAt pgtimestamptz
+		err := s.pool.QueryRow(ctx, consumeSQL, s.cfg.clockSkew(), req.ExecutionID, req.Lease, id, bound).
+			Scan(&got.Type, &got.Approver.ID, &got.Approver.Tenant, &got.Approver.Kind, &got.Approver.OnBehalfOf, &got.Comment, &decidedAt)
+		if err == nil {
+			got.DecidedAt = timeOf(decidedAt)
+			got.Approver.OnBehalfOf = orNil(got.Approver.OnBehalfOf)
+			return got, nil
 		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return store.ConsumedApproval{}, err
+		}
+		rec, err := s.Get(ctx, id)
 		if err != nil {
 			return store.ConsumedApproval{}, err
 		}
-		r.ID, r.DecidedAt = id, timeOf(decidedAt)
-		r.Approver.OnBehalfOf = orNil(r.Approver.OnBehalfOf)
-		if consumed {
-			return consumedApproval(&r), nil
-		}
-		var ok bool
-		if r.Status, ok = store.ParseApprovalStatus(status); !ok {
-			return store.ConsumedApproval{}, fmt.Errorf("agentsafepg: record %s has the status %q", id, status)
-		}
-		switch err := consumable(&r, req); err {
-		case nil: // it changed while the statement waited for it: judge it again
+		switch err := consumable(&rec, req); err {
+		case nil: // released in between: consume again
 		case errAlreadyMine:
-			return consumedApproval(&r), nil
+			return consumedApproval(&rec), nil
 		default:
 			return store.ConsumedApproval{}, err
 		}
@@ -238,7 +213,7 @@ func (s *ApprovalStore) Release(ctx context.Context, id, executionID string) err
 		return nil
 	}
 	_, err := s.pool.Exec(ctx, `UPDATE agentsafe.approvals SET
-		status = 'approved', consumed_by = '', consumed_at = NULL, lease_until = NULL, retain_until = expires_at + retention
+		status = 'approved', consumed_by = '', consumed_at = NULL, lease = NULL, retain_until = expires_at + retention
 		WHERE id = $1 AND status = 'consumed' AND consumed_by = $2 AND consumed_by <> ''`, id, executionID)
 	return err
 }

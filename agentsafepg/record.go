@@ -16,7 +16,7 @@ import (
 const clock = "(SELECT clock_timestamp() + $1::interval AS t) c"
 
 // statusAsOf is a record's status as of the clock of the read.
-const statusAsOf = "agentsafe.approval_status(a.status, a.expires_at, a.lease_until, c.t)"
+const statusAsOf = "agentsafe.approval_status(a.status, a.expires_at, a.consumed_at + a.lease, c.t)"
 
 // recordColumns is the select list of a record (of the table, or of a
 // function returning its rows, as a), with status as the status column;
@@ -27,7 +27,7 @@ func recordColumns(status string) string {
 		a.requested_by, a.digest, a.view_text, a.reasons, a.side_effect, a.risk, a.expires_in, ` +
 		status + `, a.requested_at, a.expires_at, a.votes,
 		a.approver_id, a.approver_tenant, a.approver_kind, a.approver_on_behalf_of, a.comment, a.decided_at,
-		a.consumed_by, a.consumed_at, a.lease_until,
+		a.consumed_by, a.consumed_at, a.consumed_at + a.lease,
 		a.outcome_status, a.outcome_code, a.outcome_late, a.outcome_at`
 }
 

@@ -1,9 +1,13 @@
 package agentsafepg
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
@@ -47,6 +51,35 @@ func consumable(r *store.ApprovalRecord, req store.ConsumeRequest) error {
 		return store.ErrApprovalInputMismatch
 	}
 	return nil
+}
+
+// binding is what a consumption must match, as one value: a SHA-256 over
+// the length-prefixed audience, whole actor (the length of its chain
+// first), procedure, approval type, quorum (zero counted as 1) and
+// digest. Create stores it; Consume's UPDATE compares it alone, and a
+// refusal is named from the separate columns.
+func binding(audience string, a store.Actor, procedure, typ string, q int, digest string) string {
+	h := sha256.New()
+	var n [8]byte
+	put := func(s string) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	put("agentsafepg binding v1")
+	put(audience)
+	put(a.ID)
+	put(a.Tenant)
+	put(a.Kind)
+	put(strconv.Itoa(len(a.OnBehalfOf)))
+	for _, id := range a.OnBehalfOf {
+		put(id)
+	}
+	put(procedure)
+	put(typ)
+	put(strconv.Itoa(quorum(q)))
+	put(digest)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // quorum is the number of approvers q stands for: zero means 1.

@@ -16,9 +16,10 @@ CREATE TABLE IF NOT EXISTS agentsafe.schema_migrations (
 );
 
 -- One row per approval record. status is the stored status; a pending or
--- approved record past expires_at reads expired, a consumed one past
--- lease_until reads in_doubt (agentsafe.approval_status). Status and
--- consumer live in one row, so one conditional UPDATE checks and writes.
+-- approved record past expires_at reads expired, a consumed one past its
+-- lease (consumed_at + lease) reads in_doubt (agentsafe.approval_status).
+-- Status and consumer live in one row, so one conditional UPDATE checks and
+-- writes.
 CREATE TABLE IF NOT EXISTS agentsafe.approvals (
 	id                     text PRIMARY KEY,
 	audience               text NOT NULL,
@@ -31,6 +32,11 @@ CREATE TABLE IF NOT EXISTS agentsafe.approvals (
 	requester_on_behalf_of text[] NOT NULL,
 	requested_by           text NOT NULL,
 	digest                 text NOT NULL,
+	-- binding is what Consume compares, in one column: a SHA-256 over
+	-- audience, the whole requester, procedure, approval type, quorum and
+	-- digest, made by the store (the columns above keep each of them, to
+	-- name a mismatch).
+	binding                text NOT NULL,
 	view_text              text NOT NULL,
 	reasons                text[] NOT NULL,
 	side_effect            text NOT NULL,
@@ -50,7 +56,7 @@ CREATE TABLE IF NOT EXISTS agentsafe.approvals (
 	decided_at             timestamptz,
 	consumed_by            text NOT NULL DEFAULT '',
 	consumed_at            timestamptz,
-	lease_until            timestamptz,
+	lease                  interval,
 	outcome_status         text NOT NULL DEFAULT '',
 	outcome_code           text NOT NULL DEFAULT '',
 	outcome_late           boolean NOT NULL DEFAULT false,
@@ -86,7 +92,7 @@ $$;
 CREATE OR REPLACE FUNCTION agentsafe.approval_create(
 	p_id text, p_audience text, p_procedure text, p_type text, p_quorum integer,
 	p_requester_id text, p_requester_tenant text, p_requester_kind text, p_requester_on_behalf_of text[],
-	p_requested_by text, p_digest text, p_view text, p_reasons text[], p_side_effect text, p_risk text,
+	p_requested_by text, p_digest text, p_binding text, p_view text, p_reasons text[], p_side_effect text, p_risk text,
 	p_expires_in interval, p_payload bytea, p_max_pending integer, p_retention interval, p_skew interval)
 RETURNS SETOF agentsafe.approvals LANGUAGE plpgsql AS $$
 DECLARE
@@ -115,12 +121,12 @@ BEGIN
 	RETURN QUERY INSERT INTO agentsafe.approvals (
 		id, audience, procedure, approval_type, quorum,
 		requester_id, requester_tenant, requester_kind, requester_on_behalf_of,
-		requested_by, digest, view_text, reasons, side_effect, risk, expires_in, payload,
+		requested_by, digest, binding, view_text, reasons, side_effect, risk, expires_in, payload,
 		status, requested_at, expires_at, retention, retain_until)
 	VALUES (
 		p_id, p_audience, p_procedure, p_type, p_quorum,
 		p_requester_id, p_requester_tenant, p_requester_kind, p_requester_on_behalf_of,
-		p_requested_by, p_digest, p_view, p_reasons, p_side_effect, p_risk, p_expires_in, p_payload,
+		p_requested_by, p_digest, p_binding, p_view, p_reasons, p_side_effect, p_risk, p_expires_in, p_payload,
 		'pending', t, t + p_expires_in, p_retention, t + p_expires_in + p_retention)
 	RETURNING *;
 END
