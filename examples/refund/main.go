@@ -6,6 +6,7 @@
 //
 //	go run ./examples/refund                 # the story, on the in-memory approval store
 //	go run ./examples/refund -redis redis://127.0.0.1:6379/0
+//	go run ./examples/refund -postgres postgres://user@127.0.0.1:5432/db  # approvals and the audit trail in PostgreSQL
 //	go run ./examples/refund -console        # a person approves in the browser
 //	go run ./examples/refund -serve          # keep serving, for curl and MCP clients at /mcp
 package main
@@ -20,30 +21,42 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/agentsafe/agentsafe/approvalstore"
-	"github.com/agentsafe/agentsafe/middleware/store"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentsafe/agentsafe/agentsafepg"
+	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 func main() {
 	redisURL := flag.String("redis", "", "keep approvals in Redis at this URL (redis://host:port/db) instead of in memory")
+	postgresURL := flag.String("postgres", "", "keep approvals, and a strict audit trail, in PostgreSQL at this URL (postgres://user@host:port/db); the schema agentsafe is created if missing")
 	serve := flag.Bool("serve", false, "keep serving on -addr for manual calls instead of running the scripted agent")
 	console := flag.Bool("console", false, "wait for a person to approve in the approval console instead of approving automatically")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on with -serve or -console")
 	flag.Parse()
-	if err := run(*redisURL, *serve, *console, *addr, os.Stdout); err != nil {
+	if *redisURL != "" && *postgresURL != "" {
+		fmt.Fprintln(os.Stderr, "refund: -redis and -postgres are two places for the same approvals: choose one")
+		os.Exit(2)
+	}
+	if err := run(storeConfig{redis: *redisURL, postgres: *postgresURL}, *serve, *console, *addr, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "refund:", err)
 		os.Exit(1)
 	}
 }
 
-func run(redisURL string, serve, console bool, addr string, out io.Writer) error {
-	store, closeStore, err := openStore(redisURL)
+// storeConfig says where approvals live: in memory unless a URL is given.
+type storeConfig struct{ redis, postgres string }
+
+func run(where storeConfig, serve, console bool, addr string, out io.Writer) error {
+	store, opts, closeStore, err := openStore(where)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	s, err := newServer(store)
+	s, err := newServer(store, opts...)
 	if err != nil {
 		return err
 	}
@@ -69,21 +82,60 @@ func run(redisURL string, serve, console bool, addr string, out io.Writer) error
 	return err
 }
 
-func openStore(redisURL string) (store.ApprovalStore, func(), error) {
-	if redisURL == "" {
-		return approvalstore.NewMemory(), func() {}, nil
+// openStore opens where approvals live, and returns the engine options
+// that go with it (a strict audit sink in PostgreSQL) and how to close it.
+func openStore(where storeConfig) (store.ApprovalStore, []middleware.Option, func(), error) {
+	switch {
+	case where.redis != "":
+		opts, err := redis.ParseURL(where.redis)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("-redis: %w", err)
+		}
+		client := redis.NewClient(opts)
+		store, err := approvalstore.NewRedis(client)
+		if err != nil {
+			client.Close()
+			return nil, nil, nil, fmt.Errorf("-redis: %w", err) // never fall back to memory silently
+		}
+		return store, nil, func() { client.Close() }, nil
+	case where.postgres != "":
+		return openPostgres(where.postgres)
 	}
-	opts, err := redis.ParseURL(redisURL)
+	return approvalstore.NewMemory(), nil, func() {}, nil
+}
+
+// openPostgres keeps approvals in PostgreSQL, with the audit trail beside
+// them: the strict audit sink commits capability.requested and .started
+// before anything runs.
+func openPostgres(url string) (store.ApprovalStore, []middleware.Option, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("-postgres: %w", err)
 	}
-	client := redis.NewClient(opts)
-	store, err := approvalstore.NewRedis(client)
+	fail := func(err error) (store.ApprovalStore, []middleware.Option, func(), error) {
+		pool.Close()
+		return nil, nil, nil, fmt.Errorf("-postgres: %w", err) // never fall back to memory silently
+	}
+	if err := agentsafepg.Migrate(ctx, pool); err != nil {
+		return fail(err)
+	}
+	approvals, err := agentsafepg.NewApprovalStore(pool)
 	if err != nil {
-		client.Close()
-		return nil, nil, fmt.Errorf("-redis: %w", err) // never fall back to memory silently
+		return fail(err)
 	}
-	return store, func() { client.Close() }, nil
+	audit, err := agentsafepg.NewAuditSink(pool)
+	if err != nil {
+		return fail(err)
+	}
+	closeAll := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = audit.Close(ctx) // writes the batched events; a failure is the demo's last word anyway
+		pool.Close()
+	}
+	return approvals, []middleware.Option{middleware.WithAuditSink(audit)}, closeAll, nil
 }
 
 // autoApprove plays the manager: it decides through the engine, as an

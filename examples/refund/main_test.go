@@ -1,30 +1,48 @@
 package main
 
 import (
+	"context"
 	"io"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/pgtest"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // TestStory runs the scripted agent against the example server and checks
-// the story's outcomes (not its log text), on both approval stores.
+// the story's outcomes (not its log text), on every approval store; with
+// -postgres the audit trail is in PostgreSQL too.
 func TestStory(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) store.ApprovalStore{
-		"memory": func(*testing.T) store.ApprovalStore { return approvalstore.NewMemory() },
-		"redis": func(t *testing.T) store.ApprovalStore {
+	for name, open := range map[string]func(t *testing.T) (store.ApprovalStore, []middleware.Option){
+		"memory": func(*testing.T) (store.ApprovalStore, []middleware.Option) { return approvalstore.NewMemory(), nil },
+		"redis": func(t *testing.T) (store.ApprovalStore, []middleware.Option) {
 			store, err := approvalstore.NewRedis(redistest.Start(t).Client())
 			if err != nil {
 				t.Fatal(err)
 			}
-			return store
+			return store, nil
+		},
+		"postgres": func(t *testing.T) (store.ApprovalStore, []middleware.Option) {
+			srv := pgtest.Start(t)
+			store, opts, closeStore, err := openStore(storeConfig{postgres: srv.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				closeStore() // writes the audit sink's last batch
+				checkPostgresTrail(t, srv.URL())
+			})
+			return store, opts
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, err := newServer(open(t))
+			store, opts := open(t)
+			s, err := newServer(store, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,6 +106,28 @@ func checkStory(t *testing.T, r report) {
 	// 8. MCP: every governed procedure is a tool; a tool call is governed.
 	if len(r.MCPTools) != 5 || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
 		t.Errorf("mcp: tools %v, read %+v", r.MCPTools, r.MCPRead)
+	}
+}
+
+// checkPostgresTrail checks that the strict audit sink kept the story's
+// trail: every execution starts with capability.requested, and the
+// approval was consumed once.
+func checkPostgresTrail(t *testing.T, url string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var executions, requested, consumed int
+	err = conn.QueryRow(ctx, `SELECT count(DISTINCT execution_id), count(*) FILTER (WHERE type = 'capability.requested'),
+		count(*) FILTER (WHERE type = 'capability.approval_consumed') FROM agentsafe.audit_events`).Scan(&executions, &requested, &consumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if executions == 0 || requested != executions || consumed != 1 {
+		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and one consumption", executions, requested, consumed)
 	}
 }
 

@@ -42,16 +42,18 @@ type server struct {
 	http  *http.Server
 }
 
-func newServer(store store.ApprovalStore) (*server, error) {
+// newServer builds the service on store; opts add to the engine's
+// options (a strict audit sink, with -postgres).
+func newServer(store store.ApprovalStore, opts ...middleware.Option) (*server, error) {
 	s := &server{svc: orders.New(), audit: &agentsafetest.Recorder{}}
-	eng, err := middleware.New(nil, // the capabilities are the method options in orders.proto
+	eng, err := middleware.New(nil, append([]middleware.Option{ // the capabilities are the method options in orders.proto
 		middleware.WithApprovalStore(store),
 		middleware.WithActor(actorFromContext),
 		middleware.WithApprovalCondition(orders.NeedsApproval),
 		middleware.WithApprovalView(approvalView),
 		middleware.WithEventSink(s.audit),
 		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

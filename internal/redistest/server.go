@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
