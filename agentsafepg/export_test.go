@@ -8,3 +8,10 @@ import "time"
 func WithClockSkew(skew func() time.Duration) ApprovalOption {
 	return approvalOption(func(c *approvalConfig) { c.skew = skew })
 }
+
+// WithResultClockSkew has s add skew() to the database clock in every
+// statement, so tests can move its clock forward (conformance's Advance).
+func WithResultClockSkew(s *ResultStore, skew func() time.Duration) *ResultStore {
+	s.skew = skew
+	return s
+}
