@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -12,37 +13,45 @@ import (
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
+	"github.com/agentsafe/agentsafe/resultstore"
 )
 
 // TestStory runs the scripted agent against the example server and checks
-// the story's outcomes (not its log text), on every approval store; with
+// the story's outcomes (not its log text), on every kind of store; with
 // -postgres the audit trail is in PostgreSQL too.
 func TestStory(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) (store.ApprovalStore, []middleware.Option){
-		"memory": func(*testing.T) (store.ApprovalStore, []middleware.Option) { return approvalstore.NewMemory(), nil },
-		"redis": func(t *testing.T) (store.ApprovalStore, []middleware.Option) {
-			store, err := approvalstore.NewRedis(redistest.Start(t).Client())
+	for name, open := range map[string]func(t *testing.T) stores{
+		"memory": func(*testing.T) stores {
+			return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory()}
+		},
+		"redis": func(t *testing.T) stores {
+			rdb := redistest.Start(t).Client()
+			approvals, err := approvalstore.NewRedis(rdb)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return store, nil
+			results, err := resultstore.NewRedis(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return stores{approvals: approvals, results: results}
 		},
-		"postgres": func(t *testing.T) (store.ApprovalStore, []middleware.Option) {
+		"postgres": func(t *testing.T) stores {
 			srv := pgtest.Start(t)
-			store, opts, closeStore, err := openStore(storeConfig{postgres: srv.URL()})
+			st, err := openStores(storeConfig{postgres: srv.URL()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				closeStore() // writes the audit sink's last batch
+				st.close() // writes the audit sink's last batch
 				checkPostgresTrail(t, srv.URL())
 			})
-			return store, opts
+			return st
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			store, opts := open(t)
-			s, err := newServer(store, opts...)
+			st := open(t)
+			s, err := newServer(st.approvals, st.results, st.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,6 +108,19 @@ func checkStory(t *testing.T, r report) {
 	if r.Reinvocation.Code != middleware.CodeExecutionFailed || r.Reinvocation.ExecutionID == r.Refund.ExecutionID || r.GatewayRefunds != 1 {
 		t.Errorf("re-invocation: %+v", r.Reinvocation)
 	}
+	// 6b. A keyed refund whose reply was lost ran once; the repeat with the
+	// same key is replayed: the first execution's id and response, nothing
+	// run, the gateway paid once, and the audit shows capability.replayed.
+	if r.LostReply.Code != middleware.CodeOK || len(r.LostReply.Runs) != 1 || r.RefundsAfterKeyed-r.RefundsBeforeKeyed != 1 {
+		t.Errorf("lost reply: %+v, gateway refunds %d → %d", r.LostReply, r.RefundsBeforeKeyed, r.RefundsAfterKeyed)
+	}
+	if r.Replay.Code != middleware.CodeOK || !r.Replay.Replayed || r.Replay.ExecutionID != r.LostReply.ExecutionID || len(r.Replay.Runs) != 1 {
+		t.Errorf("repeat with the same key: %+v, want a replay of %s", r.Replay, r.LostReply.ExecutionID)
+	}
+	if i := slices.IndexFunc(r.ReplayTrail, func(e middleware.Event) bool { return e.Type == middleware.EventReplayed }); i < 0 ||
+		r.ReplayTrail[i].ReplayOf != r.LostReply.ExecutionID || r.ReplayTrail[i].ExecutionID == r.LostReply.ExecutionID {
+		t.Errorf("the repeat's audit trail must end in capability.replayed of %s: %+v", r.LostReply.ExecutionID, r.ReplayTrail)
+	}
 	// 7. The destructive cancel was rejected and never ran.
 	if r.AskCancel.Code != middleware.CodeApprovalRequired || r.CancelRejected.Code != middleware.CodeApprovalRejected || len(r.CancelRejected.Runs) != 0 {
 		t.Errorf("cancel: %+v / %+v", r.AskCancel, r.CancelRejected)
@@ -110,8 +132,9 @@ func checkStory(t *testing.T, r report) {
 }
 
 // checkPostgresTrail checks that the strict audit sink kept the story's
-// trail: every execution starts with capability.requested, and the
-// approval was consumed once.
+// trail (every execution starts with capability.requested, and the
+// approval was consumed once) and that the keyed refund's result is
+// stored in PostgreSQL.
 func checkPostgresTrail(t *testing.T, url string) {
 	t.Helper()
 	ctx := context.Background()
@@ -128,6 +151,13 @@ func checkPostgresTrail(t *testing.T, url string) {
 	}
 	if executions == 0 || requested != executions || consumed != 1 {
 		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and one consumption", executions, requested, consumed)
+	}
+	var done int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM agentsafe.results WHERE state = 'done'`).Scan(&done); err != nil {
+		t.Fatal(err)
+	}
+	if done == 0 {
+		t.Error("the keyed refund's result must be stored in PostgreSQL, for its repeat to replay")
 	}
 }
 

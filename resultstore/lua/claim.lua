@@ -6,11 +6,12 @@
 -- {'key_reused'}, {'in_doubt', holder}, or {'done', holder, result
 -- execution, code, envelope, sealed, key id, late}.
 --
--- Every check comes before the single write, in the order of the store
--- contract: gone, another digest, done, in doubt, in flight. A repeat by
--- the holder answers as the first claim did: a client may retry after a
--- lost reply.
-local r = read('state', 'expires_at', 'lease_until', 'digest', 'exec', 'reconcile_of')
+-- One read of everything a claim may answer with; every check comes
+-- before the single write, in the order of the store contract: gone,
+-- another digest, done, in doubt, in flight. A repeat by the holder
+-- answers as the first claim did: a client may retry after a lost reply.
+local r = read('state', 'expires_at', 'lease_until', 'digest', 'exec', 'reconcile_of',
+  'result_exec', 'result_code', 'envelope', 'sealed', 'key_id', 'late')
 local now = now_us()
 local s = state(r, now)
 
@@ -20,7 +21,9 @@ local function acquire(reconcile_of)
   if ARGV[5] == '1' then
     expires = lease + tonumber(ARGV[6])
   end
-  redis.call('DEL', KEYS[1])
+  if r.state then -- a record gone, or in doubt: start afresh
+    redis.call('DEL', KEYS[1])
+  end
   redis.call('HSET', KEYS[1], 'state', 'in_flight', 'digest', ARGV[2], 'exec', ARGV[3], 'reconcile_of', reconcile_of,
     'write_like', ARGV[5], 'claimed_at', int(now), 'lease_until', int(lease), 'retention', ARGV[6], 'expires_at', int(expires))
   expire(expires, now)
@@ -34,8 +37,7 @@ if r.digest ~= ARGV[2] then
   return {'key_reused'}
 end
 if s == 'done' then
-  local d = read('result_exec', 'result_code', 'envelope', 'sealed', 'key_id', 'late')
-  return {'done', r.exec, d.result_exec or '', d.result_code or '', d.envelope or '', d.sealed or '', d.key_id or '', d.late or '0'}
+  return {'done', r.exec, r.result_exec or '', r.result_code or '', r.envelope or '', r.sealed or '', r.key_id or '', r.late or '0'}
 end
 if s == 'in_doubt' then
   if ARGV[7] == '1' then
