@@ -27,6 +27,9 @@ trap stop EXIT
 "${as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
 	-o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
 
-AGENTSAFE_BENCH_POSTGRES="postgres://agentsafe@127.0.0.1:$port/postgres?sslmode=disable" \
-	go test -run '^TestPostgresConsumeRatio$' -count=1 -v . |
-	sed -n 's/^ *pg_test.go:[0-9]*: //p'
+export AGENTSAFE_BENCH_POSTGRES="postgres://agentsafe@127.0.0.1:$port/postgres?sslmode=disable"
+if [ $# -gt 0 ]; then
+	go test "$@" . # e.g. ./pg.sh -run '^$' -bench PostgresConsume -benchtime 2000x -count 6
+else
+	go test -run '^TestPostgresConsumeRatio$' -count=1 -v . | sed -n 's/^ *pg_test.go:[0-9]*: //p'
+fi
