@@ -6,6 +6,7 @@
 //
 //	go run ./examples/refund                 # the story, on the in-memory stores
 //	go run ./examples/refund -redis redis://127.0.0.1:6379/0
+//	go run ./examples/refund -postgres postgres://user@127.0.0.1:5432/db  # approvals, results and the audit trail in PostgreSQL
 //	go run ./examples/refund -console        # a person approves in the browser
 //	go run ./examples/refund -serve          # keep serving, for curl and MCP clients at /mcp
 package main
@@ -20,31 +21,53 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentsafe/agentsafe/agentsafepg"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/agentsafe/agentsafe/resultstore"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
 	redisURL := flag.String("redis", "", "keep approvals and stored results in Redis at this URL (redis://host:port/db) instead of in memory")
+	postgresURL := flag.String("postgres", "", "keep approvals, stored results and a strict audit trail in PostgreSQL at this URL (postgres://user@host:port/db); the schema agentsafe is created if missing")
 	serve := flag.Bool("serve", false, "keep serving on -addr for manual calls instead of running the scripted agent")
 	console := flag.Bool("console", false, "wait for a person to approve in the approval console instead of approving automatically")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on with -serve or -console")
 	flag.Parse()
-	if err := run(*redisURL, *serve, *console, *addr, os.Stdout); err != nil {
+	if *redisURL != "" && *postgresURL != "" {
+		fmt.Fprintln(os.Stderr, "refund: -redis and -postgres are two places for the same approvals: choose one")
+		os.Exit(2)
+	}
+	if err := run(storeConfig{redis: *redisURL, postgres: *postgresURL}, *serve, *console, *addr, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "refund:", err)
 		os.Exit(1)
 	}
 }
 
-func run(redisURL string, serve, console bool, addr string, out io.Writer) error {
-	approvals, results, closeStores, err := openStores(redisURL)
+// storeConfig says where approvals and results live: in memory unless a
+// URL is given.
+type storeConfig struct{ redis, postgres string }
+
+// stores is where approvals and results live, the engine options that go
+// with them (a strict audit sink in PostgreSQL), and how to close them.
+type stores struct {
+	approvals store.ApprovalStore
+	results   store.ResultStore
+	opts      []middleware.Option
+	close     func()
+}
+
+func run(where storeConfig, serve, console bool, addr string, out io.Writer) error {
+	st, err := openStores(where)
 	if err != nil {
 		return err
 	}
-	defer closeStores()
-	s, err := newServer(approvals, results)
+	defer st.close()
+	s, err := newServer(st.approvals, st.results, st.opts...)
 	if err != nil {
 		return err
 	}
@@ -70,28 +93,73 @@ func run(redisURL string, serve, console bool, addr string, out io.Writer) error
 	return err
 }
 
-// openStores opens the approval and result stores: in memory, or both in
-// Redis at redisURL.
-func openStores(redisURL string) (store.ApprovalStore, store.ResultStore, func(), error) {
-	if redisURL == "" {
-		return approvalstore.NewMemory(), resultstore.NewMemory(), func() {}, nil
+// openStores opens the approval and result stores: in memory, both in
+// Redis, or both in PostgreSQL. It never falls back to memory silently.
+func openStores(where storeConfig) (stores, error) {
+	switch {
+	case where.redis != "":
+		return openRedis(where.redis)
+	case where.postgres != "":
+		return openPostgres(where.postgres)
 	}
-	opts, err := redis.ParseURL(redisURL)
+	return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), close: func() {}}, nil
+}
+
+func openRedis(url string) (stores, error) {
+	opts, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("-redis: %w", err)
+		return stores{}, fmt.Errorf("-redis: %w", err)
 	}
 	client := redis.NewClient(opts)
 	approvals, err := approvalstore.NewRedis(client)
 	if err != nil {
 		client.Close()
-		return nil, nil, nil, fmt.Errorf("-redis: %w", err) // never fall back to memory silently
+		return stores{}, fmt.Errorf("-redis: %w", err)
 	}
 	results, err := resultstore.NewRedis(client)
 	if err != nil {
 		client.Close()
-		return nil, nil, nil, fmt.Errorf("-redis: %w", err)
+		return stores{}, fmt.Errorf("-redis: %w", err)
 	}
-	return approvals, results, func() { client.Close() }, nil
+	return stores{approvals: approvals, results: results, close: func() { client.Close() }}, nil
+}
+
+// openPostgres keeps approvals and results in PostgreSQL, with the audit
+// trail beside them: the strict audit sink commits capability.requested
+// and .started before anything runs.
+func openPostgres(url string) (stores, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return stores{}, fmt.Errorf("-postgres: %w", err)
+	}
+	fail := func(err error) (stores, error) {
+		pool.Close()
+		return stores{}, fmt.Errorf("-postgres: %w", err)
+	}
+	if err := agentsafepg.Migrate(ctx, pool); err != nil {
+		return fail(err)
+	}
+	approvals, err := agentsafepg.NewApprovalStore(pool)
+	if err != nil {
+		return fail(err)
+	}
+	results, err := agentsafepg.NewResultStore(pool)
+	if err != nil {
+		return fail(err)
+	}
+	audit, err := agentsafepg.NewAuditSink(pool)
+	if err != nil {
+		return fail(err)
+	}
+	closeAll := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = audit.Close(ctx) // writes the batched events; a failure is the demo's last word anyway
+		pool.Close()
+	}
+	return stores{approvals: approvals, results: results, opts: []middleware.Option{middleware.WithAuditSink(audit)}, close: closeAll}, nil
 }
 
 // autoApprove plays the manager: it decides through the engine, as an

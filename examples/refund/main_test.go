@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"io"
 	"net/http"
@@ -17,8 +18,10 @@ import (
 	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 	"github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1/ordersv1connect"
 	"github.com/agentsafe/agentsafe/examples/internal/orders"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/pgtest"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
@@ -26,13 +29,14 @@ import (
 )
 
 // TestStory runs the scripted agent against the example server and checks
-// the story's outcomes (not its log text), on both kinds of stores.
+// the story's outcomes (not its log text), on every kind of store; with
+// -postgres the audit trail is in PostgreSQL too.
 func TestStory(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) (store.ApprovalStore, store.ResultStore){
-		"memory": func(*testing.T) (store.ApprovalStore, store.ResultStore) {
-			return approvalstore.NewMemory(), resultstore.NewMemory()
+	for name, open := range map[string]func(t *testing.T) stores{
+		"memory": func(*testing.T) stores {
+			return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory()}
 		},
-		"redis": func(t *testing.T) (store.ApprovalStore, store.ResultStore) {
+		"redis": func(t *testing.T) stores {
 			rdb := redistest.Start(t).Client()
 			approvals, err := approvalstore.NewRedis(rdb)
 			if err != nil {
@@ -42,11 +46,24 @@ func TestStory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return approvals, results
+			return stores{approvals: approvals, results: results}
+		},
+		"postgres": func(t *testing.T) stores {
+			srv := pgtest.Start(t)
+			st, err := openStores(storeConfig{postgres: srv.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				st.close() // writes the audit sink's last batch
+				checkPostgresTrail(t, srv.URL())
+			})
+			return st
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, err := newServer(open(t))
+			st := open(t)
+			s, err := newServer(st.approvals, st.results, st.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,6 +153,36 @@ func checkStory(t *testing.T, r report) {
 	}
 	if r.CheckExit != 1 || !strings.Contains(r.Check, "widening  /orders.v1.OrderService/CancelOrder  exposed on mcp") || !strings.Contains(r.Check, "1 widening, 0 narrowing, 0 neutral") {
 		t.Errorf("check exited %d:\n%s", r.CheckExit, r.Check)
+	}
+}
+
+// checkPostgresTrail checks that the strict audit sink kept the story's
+// trail (every execution starts with capability.requested, and the
+// approval was consumed once) and that the keyed refund's result is
+// stored in PostgreSQL.
+func checkPostgresTrail(t *testing.T, url string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var executions, requested, consumed int
+	err = conn.QueryRow(ctx, `SELECT count(DISTINCT execution_id), count(*) FILTER (WHERE type = 'capability.requested'),
+		count(*) FILTER (WHERE type = 'capability.approval_consumed') FROM agentsafe.audit_events`).Scan(&executions, &requested, &consumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if executions == 0 || requested != executions || consumed != 1 {
+		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and one consumption", executions, requested, consumed)
+	}
+	var done int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM agentsafe.results WHERE state = 'done'`).Scan(&done); err != nil {
+		t.Fatal(err)
+	}
+	if done == 0 {
+		t.Error("the keyed refund's result must be stored in PostgreSQL, for its repeat to replay")
 	}
 }
 

@@ -47,20 +47,21 @@ type server struct {
 
 // newServer builds the service on an approval store and a result store
 // (where the results of calls carrying an Idempotency-Key are kept, so
-// that a repeat is replayed rather than run again).
-func newServer(approvals store.ApprovalStore, results store.ResultStore) (*server, error) {
+// that a repeat is replayed rather than run again); opts add to the
+// engine's options (a strict audit sink, with -postgres).
+func newServer(approvals store.ApprovalStore, results store.ResultStore, opts ...middleware.Option) (*server, error) {
 	s := &server{svc: orders.New(), audit: &agentsafetest.Recorder{}}
 	key, err := resultKey()
 	if err != nil {
 		return nil, err
 	}
-	eng, err := newEngine(nil, approvals, // the capabilities are the method options in orders.proto
+	eng, err := newEngine(nil, approvals, append([]middleware.Option{ // the capabilities are the method options in orders.proto
 		middleware.WithResultStore(results),
 		middleware.WithResultKey(key), // stored responses are sealed with it
 		middleware.WithEventSink(s.audit),
 		middleware.WithEventSink(&s.replays),
 		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -88,11 +88,22 @@ var walls = []wall{
 		},
 	},
 	{
-		rule: "stores import the store SPI, never the engine or an adapter",
+		rule: "stores import the store SPI, never the engine or an adapter (agentsafepg's audit sink names the engine's Event)",
 		who:  anyOf(stores), what: ours, transitive: false,
 		allow: func(pkg, dep string) bool {
-			return is("middleware/store")(dep) || under("internal")(dep) || strings.HasPrefix(dep, pkg)
+			return is("middleware/store")(dep) || under("internal")(dep) || strings.HasPrefix(dep, pkg) ||
+				is("agentsafepg")(pkg) && is("middleware")(dep)
 		},
+	},
+	{
+		rule: "only agentsafepg links pgx: importing approvalstore or resultstore never does",
+		who: func(p string) bool {
+			return !under("agentsafepg")(p) && !under("internal/pgtest")(p) && !under("examples")(p)
+		},
+		what: func(dep string) bool {
+			return dep == "github.com/jackc/pgx/v5" || strings.HasPrefix(dep, "github.com/jackc/pgx/v5/")
+		},
+		transitive: true,
 	},
 	{
 		rule: "extensions see only the engine: no adapter, no store implementation",

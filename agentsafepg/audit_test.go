@@ -1,0 +1,396 @@
+package agentsafepg_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentsafe/agentsafe/agentsafepg"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
+)
+
+// openAudit returns an audit sink on pool, closed when the test ends.
+func openAudit(t testing.TB, pool *pgxpool.Pool, opts ...agentsafepg.AuditOption) *agentsafepg.AuditSink {
+	t.Helper()
+	s, err := agentsafepg.NewAuditSink(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// row is an audit row as a test reads it back.
+type row struct {
+	Type, Execution string
+	ApprovalID      *string
+	Code            *string
+	Attempt         *int
+}
+
+// trail returns the audit rows of execution, oldest first.
+func trail(t testing.TB, pool *pgxpool.Pool, execution string) []row {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT type, execution_id, approval_id, code, attempt
+		FROM agentsafe.audit_events WHERE execution_id = $1 ORDER BY seq`, execution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func types(rs []row) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Type)
+	}
+	return out
+}
+
+// secret is in every input of these tests: no audit row may carry it.
+const secret = "4242-4242-4242-4242"
+
+func secretInput(n int) adapter.Input {
+	return adapter.JSONInput([]byte(`{"order":` + string(rune('0'+n)) + `,"card":"` + secret + `"}`))
+}
+
+// TestAuditSinkRecordsTheTrail runs a gated call through an engine with
+// the sink as its strict audit trail: the request, and its resume, each
+// leave their whole trail in order, free of the payload, found by
+// execution and by actor.
+func TestAuditSinkRecordsTheTrail(t *testing.T) {
+	ctx := t.Context()
+	pool := migrated(t)
+	sink := finals{openAudit(t, pool), make(chan string, 16)}
+	eng := newEngine(t, openApprovals(t, pool), middleware.WithAuditSink(sink))
+
+	env, err := execute(ctx, eng, secretInput(1), "", func(context.Context) (any, error) { return nil, errors.New("must not run") })
+	if middleware.CodeOf(err) != middleware.CodeApprovalRequired {
+		t.Fatalf("a gated call: %v", err)
+	}
+	request, approvalID := env.ExecutionID, env.ApprovalID
+	if _, err := eng.Decide(ctx, approvalID, store.Decision{Approve: true, Approver: manager, Comment: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	env, err = execute(ctx, eng, secretInput(1), approvalID, func(context.Context) (any, error) { return "refunded", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := env.ExecutionID
+	sink.waitFinal(t, resume)
+
+	if got, want := types(trail(t, pool, request)), []string{"capability.requested", "capability.approval_requested", "capability.failed", "capability.approved"}; !slices.Equal(got, want) {
+		t.Errorf("the request's trail is %v; want %v", got, want)
+	}
+	resumed := trail(t, pool, resume)
+	if got, want := types(resumed), []string{"capability.requested", "capability.approval_consumed", "capability.started", "capability.completed"}; !slices.Equal(got, want) {
+		t.Fatalf("the resume's trail is %v; want %v", got, want)
+	}
+	if a := resumed[1].ApprovalID; a == nil || *a != approvalID {
+		t.Errorf("approval_consumed names approval %v; want %s", a, approvalID)
+	}
+	if a := resumed[2].Attempt; a == nil || *a != 1 {
+		t.Errorf("started names attempt %v; want 1", a)
+	}
+	if c := resumed[0].Code; c != nil {
+		t.Errorf("a field an event does not use is NULL: requested has code %q", *c)
+	}
+
+	var executions []string
+	rows, err := pool.Query(ctx, `SELECT execution_id FROM agentsafe.audit_events
+		WHERE actor_tenant = $1 AND actor_id = $2 AND type = 'capability.requested' ORDER BY at`, agent.Tenant, agent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if executions, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || !slices.Equal(executions, []string{request, resume}) {
+		t.Errorf("all executions of the actor: %v, %v; want [%s %s]", executions, err, request, resume)
+	}
+
+	var leaks int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM agentsafe.audit_events e WHERE row_to_json(e)::text LIKE '%' || $1 || '%'`, secret).Scan(&leaks); err != nil || leaks != 0 {
+		t.Errorf("audit rows are payload-free: %d rows carry the input's card number (%v)", leaks, err)
+	}
+}
+
+// TestAuditIndexes: the two questions an audit asks are answered from an
+// index, not by reading the table.
+func TestAuditIndexes(t *testing.T) {
+	pool := migrated(t)
+	for what, query := range map[string]string{
+		"all events of an execution": `SELECT * FROM agentsafe.audit_events WHERE execution_id = 'exe_x' ORDER BY seq`,
+		"all executions of an actor": `SELECT execution_id FROM agentsafe.audit_events
+			WHERE actor_tenant = 'acme' AND actor_id = 'agent-7' AND type = 'capability.requested' ORDER BY at`,
+	} {
+		var plan []string
+		err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(t.Context(), "SET LOCAL enable_seqscan = off"); err != nil {
+				return err
+			}
+			rows, err := tx.Query(t.Context(), "EXPLAIN "+query)
+			if err != nil {
+				return err
+			}
+			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := strings.Join(plan, "\n"); !strings.Contains(p, "Index") {
+			t.Errorf("%s must be answered from an index:\n%s", what, p)
+		}
+	}
+}
+
+// finals is a strict audit sink that says when the sink it wraps got an
+// execution's final event.
+type finals struct {
+	*agentsafepg.AuditSink
+	ch chan string
+}
+
+func (f finals) Record(ctx context.Context, e middleware.Event) error {
+	err := f.AuditSink.Record(ctx, e)
+	if e.Type.Final() {
+		f.ch <- e.ExecutionID
+	}
+	return err
+}
+
+// waitFinal waits until the sink got execution's final event (the engine
+// hands events to it through its own queue), then flushes it.
+func (f finals) waitFinal(t testing.TB, execution string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		select {
+		case id := <-f.ch:
+			if id != execution {
+				continue
+			}
+			if err := f.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatalf("execution %s: the sink never got its final event", execution)
+		}
+	}
+}
+
+// event is a synthetic event of execution.
+func event(typ middleware.EventType, execution string) middleware.Event {
+	return middleware.Event{Type: typ, Time: time.Now(), ExecutionID: execution, Procedure: refund,
+		Actor: middleware.ActorRef{ID: agent.ID, Tenant: agent.Tenant}, SideEffect: middleware.SideEffectExternal}
+}
+
+func count(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM agentsafe.audit_events").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAuditSinkWritesRequestedAndStartedSynchronously: requested and
+// started are committed when Record returns, with every event batched
+// before them, in order; other events wait for their batch.
+func TestAuditSinkWritesRequestedAndStartedSynchronously(t *testing.T) {
+	ctx := t.Context()
+	pool := migrated(t)
+	sink := openAudit(t, pool, agentsafepg.WithBatch(100, time.Hour))
+	other := newPool(t, pool.Config().ConnString()) // another session sees only what is committed
+
+	if err := sink.Record(ctx, event(middleware.EventRequested, "exe_1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, other); n != 1 {
+		t.Fatalf("requested must be committed when Record returns: %d rows", n)
+	}
+	for _, typ := range []middleware.EventType{middleware.EventApprovalConsumed, middleware.EventRetried} {
+		if err := sink.Record(ctx, event(typ, "exe_1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, other); n != 1 {
+		t.Errorf("other events wait for their batch: %d rows after two of them", n)
+	}
+	if err := sink.Record(ctx, event(middleware.EventStarted, "exe_1")); err != nil {
+		t.Fatal(err)
+	}
+	got := types(trail(t, other, "exe_1"))
+	if want := []string{"capability.requested", "capability.approval_consumed", "capability.retried", "capability.started"}; !slices.Equal(got, want) {
+		t.Errorf("started must be committed with the batch before it, in order: %v; want %v", got, want)
+	}
+	if err := sink.Record(ctx, event(middleware.EventCompleted, "exe_1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, other); n != 5 {
+		t.Errorf("Close writes what is queued: %d rows, want 5", n)
+	}
+	if err := sink.Record(ctx, event(middleware.EventRequested, "exe_2")); err == nil {
+		t.Error("Record after Close must fail: nothing may run on an event the sink will not record")
+	}
+}
+
+// TestAuditSinkWritesAFullBatch: the batch is written when it is full,
+// without waiting for its delay.
+func TestAuditSinkWritesAFullBatch(t *testing.T) {
+	ctx := t.Context()
+	pool := migrated(t)
+	sink := openAudit(t, pool, agentsafepg.WithBatch(3, time.Hour))
+	for i, typ := range []middleware.EventType{middleware.EventApprovalConsumed, middleware.EventRetried, middleware.EventCompleted} {
+		if n := count(t, pool); n != 0 {
+			t.Fatalf("after %d batched events of 3: %d rows", i, n)
+		}
+		if err := sink.Record(ctx, event(typ, "exe_1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, pool); n != 3 {
+		t.Errorf("a full batch is written at once: %d rows, want 3", n)
+	}
+}
+
+// TestAuditSinkWritesABatchAfterItsDelay: a batch that never fills is
+// written after its delay.
+func TestAuditSinkWritesABatchAfterItsDelay(t *testing.T) {
+	ctx := t.Context()
+	pool := migrated(t)
+	sink := openAudit(t, pool, agentsafepg.WithBatch(100, 20*time.Millisecond))
+	if err := sink.Record(ctx, event(middleware.EventCompleted, "exe_1")); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The row's insert wakes this session through LISTEN/NOTIFY, so the
+	// test waits for the write itself, not for a guess of how long it takes.
+	if _, err := conn.Exec(ctx, `LISTEN audit_written;
+		CREATE FUNCTION notify_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('audit_written', NEW.type); RETURN NEW; END $$;
+		CREATE TRIGGER notify_audit AFTER INSERT ON agentsafe.audit_events FOR EACH ROW EXECUTE FUNCTION notify_audit()`); err != nil {
+		t.Fatal(err)
+	}
+	if count(t, pool) == 0 {
+		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := conn.Conn().WaitForNotification(wait); err != nil {
+			t.Fatalf("a batch that never fills must be written after its delay: %v", err)
+		}
+	}
+	if n := count(t, pool); n != 1 {
+		t.Errorf("after the delay: %d rows, want 1", n)
+	}
+}
+
+// TestAuditSinkFailsClosedWhenPostgresStops: with the database down, a
+// requested event fails, so the engine runs nothing (AUDIT_UNAVAILABLE);
+// the events queued meanwhile are written once it is back, before the
+// next requested event.
+func TestAuditSinkFailsClosedWhenPostgresStops(t *testing.T) {
+	ctx := t.Context()
+	srv := startMigrated(t)
+	pool := quickPool(t, srv.URL())
+	sink := finals{openAudit(t, pool, agentsafepg.WithBatch(100, time.Hour)), make(chan string, 16)}
+	reg := middleware.NewRegistry().Register(refund, middleware.Capability{SideEffect: middleware.SideEffectExternal})
+	eng, err := middleware.New(reg, middleware.WithAuditSink(sink), middleware.WithProtoFiles(nil),
+		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return agent, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	handler := func(context.Context) (any, error) { ran++; return "refunded", nil }
+
+	before, err := execute(ctx, eng, secretInput(1), "", handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.waitFinalQueued(t, before.ExecutionID) // completed waits in the batch
+	srv.Stop()
+	down, err := execute(ctx, eng, secretInput(2), "", handler)
+	if middleware.CodeOf(err) != middleware.CodeAuditUnavailable || ran != 1 {
+		t.Fatalf("with PostgreSQL down a call must fail AUDIT_UNAVAILABLE and run nothing: %v, %d runs", err, ran)
+	}
+	sink.waitFinalQueued(t, down.ExecutionID)
+
+	srv.Restart()
+	after, err := execute(ctx, eng, secretInput(3), "", handler)
+	if err != nil || ran != 2 {
+		t.Fatalf("once PostgreSQL is back, the same engine and sink must work again: %v, %d runs", err, ran)
+	}
+	if got, want := types(trail(t, pool, before.ExecutionID)), []string{"capability.requested", "capability.started", "capability.completed"}; !slices.Equal(got, want) {
+		t.Errorf("the events queued before the stop are written once it is back: %v; want %v", got, want)
+	}
+	down1 := trail(t, pool, down.ExecutionID)
+	if got, want := types(down1), []string{"capability.failed"}; !slices.Equal(got, want) || down1[0].Code == nil || *down1[0].Code != "AUDIT_UNAVAILABLE" {
+		t.Errorf("the refused call's failure is written once it is back (its requested event was never recorded): %v", down1)
+	}
+	sink.waitFinalQueued(t, after.ExecutionID)
+	if err := sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := types(trail(t, pool, after.ExecutionID)); len(got) != 3 {
+		t.Errorf("the call after the restart: %v", got)
+	}
+	if sink.Dropped() != 0 {
+		t.Errorf("no event was dropped: %d", sink.Dropped())
+	}
+}
+
+// waitFinalQueued waits until the sink got execution's final event,
+// without flushing.
+func (f finals) waitFinalQueued(t testing.TB, execution string) {
+	t.Helper()
+	for {
+		select {
+		case id := <-f.ch:
+			if id == execution {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("execution %s: the sink never got its final event", execution)
+		}
+	}
+}
+
+// TestAuditSinkCountsWhatItDrops: while the database is unreachable the
+// queue is capped (64 batches), the oldest events go first, and every
+// lost event is counted, those left at Close included.
+func TestAuditSinkCountsWhatItDrops(t *testing.T) {
+	ctx := t.Context()
+	pool := migrated(t)
+	sink := openAudit(t, pool, agentsafepg.WithBatch(2, time.Hour))
+	pool.Close() // unreachable from now on
+	const events = 200
+	for range events {
+		_ = sink.Record(ctx, event(middleware.EventCompleted, "exe_1")) // each full batch fails to write
+	}
+	if got, want := sink.Dropped(), uint64(events-64*2); got != want {
+		t.Errorf("beyond the cap of 64 batches the oldest events are dropped and counted: %d dropped, want %d", got, want)
+	}
+	if err := sink.Close(ctx); err == nil {
+		t.Error("Close must report the write it could not make")
+	}
+	if got := sink.Dropped(); got != events {
+		t.Errorf("events left unwritten at Close are counted too: %d dropped, want %d", got, events)
+	}
+}

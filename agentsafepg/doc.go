@@ -1,0 +1,66 @@
+// Package agentsafepg keeps agentsafe's approvals, stored results and
+// audit trail in PostgreSQL, for services whose system of record is
+// PostgreSQL: the approval, the replayable result, the effect and the
+// evidence live in one database. It is a package of its own so that
+// importing approvalstore or resultstore never links pgx.
+//
+//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	...
+//	if err := agentsafepg.Migrate(ctx, pool); err != nil { ... } // or apply agentsafepg.Migrations() yourself
+//	approvals, err := agentsafepg.NewApprovalStore(pool)
+//	results, err := agentsafepg.NewResultStore(pool)
+//	audit, err := agentsafepg.NewAuditSink(pool)
+//	defer audit.Close(ctx)
+//	eng, err := middleware.New(reg,
+//		middleware.WithApprovalStore(approvals),
+//		middleware.WithResultStore(results),
+//		middleware.WithResultKey(key),
+//		middleware.WithAuditSink(audit))
+//
+// Everything lives in the schema "agentsafe", created by the versioned SQL
+// of [Migrations]: [Migrate] applies it, or an application applies the
+// files with its own tool.
+//
+// # Approvals
+//
+// [ApprovalStore] implements the approval store contract of package
+// middleware/store: one row per record, every state change one statement
+// that checks before it writes, expiry and leases decided with the
+// database clock. An approval executes at most once across every instance
+// that shares the database.
+//
+// # Results
+//
+// [ResultStore] implements the result store contract of package
+// middleware/store, for calls that carry a caller's Idempotency-Key (or
+// fall within a capability's dedup window): one row per key; Claim,
+// Complete and MarkInDoubt one call of a SQL function that takes the key's
+// row lock, checks and writes; Release one conditional DELETE; leases and
+// retention decided with the database clock. Any number of instances may
+// race for one key: exactly one holds it, and a repeat is replayed from
+// the stored result. A claim of a new key deletes a few records that are
+// gone, so the table does not grow without bound.
+//
+// # Failover
+//
+// Under failover, single use and run-once hold as far as the replication
+// does. With synchronous replication (synchronous_commit on or
+// remote_apply, a synchronous_standby_names quorum, and a failover
+// manager that promotes only a synchronous standby), a committed
+// consumption, claim or result is on a standby before the store answers,
+// so a promoted standby knows it. With asynchronous replication, a
+// failover can lose the last commits of the old primary: the promoted
+// standby has those approvals approved again and those keys free again,
+// so a resume or a repeat could run a second time. The engine's
+// approval-derived idempotency key, and a keyed call's handler key derived
+// from the caller's, give the downstream the same key both times.
+//
+// # Audit
+//
+// [AuditSink] is a strict audit sink (middleware.WithAuditSink): it
+// writes capability.requested and capability.started before it returns —
+// nothing runs on an event that is not committed — and batches every other
+// event. Rows carry no payload and are indexed for the two questions an
+// audit asks: every event of one execution, and every execution of one
+// actor.
+package agentsafepg

@@ -1,0 +1,17 @@
+package agentsafepg
+
+import "time"
+
+// WithClockSkew adds skew() to the database clock in every statement of
+// the approval store, so tests can move its clock forward (conformance's
+// Advance).
+func WithClockSkew(skew func() time.Duration) ApprovalOption {
+	return approvalOption(func(c *approvalConfig) { c.skew = skew })
+}
+
+// WithResultClockSkew has s add skew() to the database clock in every
+// statement, so tests can move its clock forward (conformance's Advance).
+func WithResultClockSkew(s *ResultStore, skew func() time.Duration) *ResultStore {
+	s.skew = skew
+	return s
+}

@@ -1,0 +1,149 @@
+package agentsafepg
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
+)
+
+// The rules of the store contract (middleware/store) in Go, for naming why
+// a conditional statement changed nothing: the statements apply the same
+// rules in SQL, and only they write. A record here carries its status as
+// of the database clock. (approvalstore's memory store applies the same
+// rules; package conformance holds every store to them.)
+
+// errAlreadyMine says a consume is a repeat by the execution that consumed
+// the record: it succeeds without a write.
+var errAlreadyMine = errors.New("consumed by this execution already")
+
+// consumable applies Consume's checks in the order of the contract:
+// exists, same audience and whole actor (else not found: nothing is
+// revealed), approved, unexpired, unconsumed, same procedure, approval type
+// and quorum, same digest.
+func consumable(r *store.ApprovalRecord, req store.ConsumeRequest) error {
+	if r.Audience != req.Audience || !store.SameActor(r.Requester, req.Actor) {
+		return store.ErrApprovalNotFound
+	}
+	switch r.Status {
+	case store.ApprovalApproved:
+	case store.ApprovalPending:
+		return store.ErrApprovalPending
+	case store.ApprovalRejected, store.ApprovalCancelled:
+		return store.ErrApprovalRejected
+	case store.ApprovalExpired:
+		return store.ErrApprovalExpired
+	default: // consumed, completed, failed, in_doubt
+		if r.ConsumedBy == req.ExecutionID {
+			return errAlreadyMine
+		}
+		return store.ErrApprovalConsumed
+	}
+	if r.Procedure != req.Procedure || r.Type != req.Type || quorum(r.Quorum) != quorum(req.Quorum) {
+		return store.ErrApprovalResumeMismatch
+	}
+	if r.Digest != req.Digest {
+		return store.ErrApprovalInputMismatch
+	}
+	return nil
+}
+
+// binding is what a consumption must match, as one value: a SHA-256 over
+// the length-prefixed audience, whole actor (the length of its chain
+// first), procedure, approval type, quorum (zero counted as 1) and
+// digest. Create stores it; Consume's UPDATE compares it alone, and a
+// refusal is named from the separate columns.
+func binding(audience string, a store.Actor, procedure, typ string, q int, digest string) string {
+	h := sha256.New()
+	var n [8]byte
+	put := func(s string) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	put("agentsafepg binding v1")
+	put(audience)
+	put(a.ID)
+	put(a.Tenant)
+	put(a.Kind)
+	put(strconv.Itoa(len(a.OnBehalfOf)))
+	for _, id := range a.OnBehalfOf {
+		put(id)
+	}
+	put(procedure)
+	put(typ)
+	put(strconv.Itoa(quorum(q)))
+	put(digest)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// quorum is the number of approvers q stands for: zero means 1.
+func quorum(q int) int { return max(q, 1) }
+
+// consumedApproval is what Consume returns of r.
+func consumedApproval(r *store.ApprovalRecord) store.ConsumedApproval {
+	return store.ConsumedApproval{ID: r.ID, Type: r.Type, Approver: r.Approver, Comment: r.Comment, DecidedAt: r.DecidedAt}
+}
+
+// errNoOp says a vote repeats one already recorded: Decide returns the
+// record unchanged.
+var errNoOp = errors.New("the same vote again")
+
+// votable applies Decide's checks after the approver's own: the record is
+// of the decision's audience, the vote is not a repeat (errNoOp), the
+// record is pending and unexpired, and the voter is distinct from every
+// earlier one.
+func votable(r *store.ApprovalRecord, d store.Decision, allowSelf bool) error {
+	if r.Audience != d.Audience {
+		return store.ErrApprovalNotFound
+	}
+	if slices.ContainsFunc(r.Votes, func(v store.Vote) bool { return v.Approve == d.Approve && store.SameActor(v.Approver, d.Approver) }) {
+		return errNoOp
+	}
+	switch {
+	case r.Status == store.ApprovalExpired && r.DecidedAt.IsZero():
+		return store.ErrApprovalExpired
+	case r.Status != store.ApprovalPending:
+		return fmt.Errorf("%w: it is %s", store.ErrNotPending, r.Status)
+	}
+	return store.CheckVoter(*r, d.Approver, allowSelf)
+}
+
+// checkOutcome refuses what is not an outcome: the zero Outcome, or a
+// status other than completed, failed or in_doubt.
+func checkOutcome(o store.Outcome) error {
+	switch o.Status {
+	case store.ApprovalCompleted, store.ApprovalFailed, store.ApprovalInDoubt:
+		return nil
+	case 0:
+		return errors.New("agentsafepg: RecordOutcome needs an outcome (the zero Outcome means none)")
+	}
+	return fmt.Errorf("agentsafepg: %s is not an outcome (completed, failed or in_doubt)", o.Status)
+}
+
+func checkRequest(req store.ApprovalRequest) error {
+	switch {
+	case !store.ValidApprovalID(req.ID):
+		return fmt.Errorf("agentsafepg: malformed approval id %q", req.ID)
+	case req.ExpiresIn <= 0:
+		return fmt.Errorf("agentsafepg: ExpiresIn must be positive (got %s)", req.ExpiresIn)
+	case req.Requester.ID == "":
+		return errors.New("agentsafepg: an approval needs a requester")
+	case req.Quorum < 0:
+		return fmt.Errorf("agentsafepg: Quorum must not be negative (got %d)", req.Quorum)
+	}
+	return nil
+}
+
+// listLimit is the number of records a List of f returns at most.
+func listLimit(f store.ApprovalFilter) int {
+	if f.Limit <= 0 {
+		return defaultListLimit
+	}
+	return f.Limit
+}
