@@ -101,7 +101,7 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reason string
 	if err != nil {
 		return x.storeError(err)
 	}
-	x.approvalID = rec.ID
+	x.approvalID, x.hints.expires = rec.ID, rec.ExpiresAt
 	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: reason})
 	msg := fmt.Sprintf("%s needs an approval", x.proc)
 	if c.Approval.Type != "" {
@@ -136,6 +136,9 @@ func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 		Lease:       x.cap.lease,
 	}
 	got, err := x.consume(approvals, id, req)
+	if errors.Is(err, store.ErrApprovalPending) {
+		got, err = x.undecided(approvals, id, req, err) // wait.go
+	}
 	if err != nil {
 		e := x.storeError(err)
 		x.emit(Event{Type: EventApprovalDenied, ApprovalID: id, Code: e.Code, Reason: e.Message})
@@ -287,6 +290,9 @@ func (e *Engine) Decide(ctx context.Context, id string, d store.Decision) (store
 	rec, changed, err := e.cfg.store.Decide(ctx, id, d)
 	if err != nil {
 		return rec, err
+	}
+	if changed {
+		e.decisions.wake() // gates waiting in this process look again
 	}
 	if changed && e.observed {
 		ev := Event{Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: ref(rec.Requester),

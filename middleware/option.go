@@ -37,6 +37,7 @@ type config struct {
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
 	condition      func(ctx context.Context, q ApprovalQuery) (bool, string, error)
+	approvalURL    func(id string) string // hints.go
 	files          *protoregistry.Files
 	filesSet       bool
 	problems       []string
