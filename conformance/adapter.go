@@ -90,7 +90,7 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	for _, r := range adapterRules {
+	for _, r := range slices.Concat(adapterRules, hintRules) {
 		t.Run(r.name, func(t *testing.T) {
 			noStreams := false
 			rule := func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/testenv"
@@ -107,6 +108,9 @@ func (c *directClient) Call(ctx context.Context, f conformance.Fixture, req conf
 			wire[k] = vs
 		}
 	}
+	if c.d.bug == "drops-approval-hints" {
+		env.ApprovalURL, env.ExpiresAt = "", time.Time{}
+	}
 	if c.d.bug != "drops-envelope" || err != nil {
 		adapter.SetHeaders(wire, env)
 	}
@@ -177,6 +181,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 		"finalizes-twice":       {"Envelope/exactly_one_envelope_and_one_final_event_per_call"},
 		"shares-input":          {"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's"},
 		"keeps-relayed-headers": {"Envelope/a_relayed_downstream_envelope_never_shadows_this_one"},
+		"drops-approval-hints":  {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
 			"Retry/an_idempotent_write_with_retry_configured_is_retried",
@@ -185,6 +190,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Envelope/ids_reach_the_wire_on_success",
 			"Idempotency/the_key_is_stable_across_retries_and_unique_across_calls",
 			"Approval/request,_approve,_resume_and_consume_once",
+			"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry",
 			"Status/a_framework_Unavailable_status_is_transient",
 			"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's",
 			"Envelope/a_relayed_downstream_envelope_never_shadows_this_one",
