@@ -90,13 +90,12 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	for _, r := range slices.Concat(adapterRules, hintRules) {
+	for _, r := range slices.Concat(adapterRules, keyRules, hintRules) {
 		t.Run(r.name, func(t *testing.T) {
-			noStreams := false
+			skip := ""
 			rule := func(t *testing.T) {
-				s := newSuite(t, h, r.engine...)
-				if r.stream && s.streams == nil {
-					noStreams = true
+				s := newSuite(t, h, r)
+				if skip = r.skip(s); skip != "" {
 					return
 				}
 				r.check(s)
@@ -111,8 +110,8 @@ func RunAdapter(t *testing.T, h Harness) {
 			} else {
 				rule(t)
 			}
-			if noStreams {
-				t.Skip("the harness does not govern streams")
+			if skip != "" {
+				t.Skip(skip)
 			}
 		})
 	}
@@ -133,11 +132,17 @@ type suite struct {
 	started  map[string]chan struct{}
 	returned map[string]chan struct{}
 	ids      atomic.Int64
+	reconcileState
 }
 
-func newSuite(t *testing.T, h Harness, opts ...middleware.Option) *suite {
+func newSuite(t *testing.T, h Harness, r adapterRule) *suite {
+	s := &suite{T: t, h: h, runs: map[string][]middleware.Execution{}, started: map[string]chan struct{}{}, returned: map[string]chan struct{}{}}
+	caps := capabilities()
+	if r.capabilities != nil {
+		r.capabilities(s, caps)
+	}
 	reg := middleware.NewRegistry()
-	for f, c := range capabilities() {
+	for f, c := range caps {
 		reg.Register(h.Procedure(f), c)
 	}
 	rec := &agentsafetest.Recorder{}
@@ -147,11 +152,11 @@ func newSuite(t *testing.T, h Harness, opts ...middleware.Option) *suite {
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return suiteAgent, nil }),
 		middleware.WithProtoFiles(nil), // the suite's capabilities, exactly
 		middleware.WithLogger(slog.New(slog.DiscardHandler)),
-	}, opts...)...)
+	}, r.options()...)...)
 	if err != nil {
 		t.Fatalf("conformance: building the engine: %v", err)
 	}
-	s := &suite{T: t, h: h, eng: eng, rec: rec, runs: map[string][]middleware.Execution{}, started: map[string]chan struct{}{}, returned: map[string]chan struct{}{}}
+	s.eng, s.rec = eng, rec
 	s.client = h.Start(t, eng, s.handle, s.stream)
 	s.streams, _ = s.client.(StreamClient)
 	return s
@@ -351,6 +356,23 @@ type adapterRule struct {
 	check  func(s *suite)
 	// engine is what the rule's engine needs beyond the suite's own.
 	engine []middleware.Option
+	// capabilities, when set, changes the suite's capabilities for the rule.
+	capabilities func(s *suite, caps map[Fixture]middleware.Capability)
+	// results gives the rule's engine a fresh result store.
+	results bool
+	// spelling marks a rule about how the Idempotency-Key header is spelt.
+	spelling bool
+}
+
+// skip says why the rule does not apply to the harness, or "".
+func (r adapterRule) skip(s *suite) string {
+	switch {
+	case r.stream && s.streams == nil:
+		return "the harness does not govern streams"
+	case r.spelling && keyArgument(s.client):
+		return "the harness's keys travel as an argument, not in the Idempotency-Key header's spelling"
+	}
+	return ""
 }
 
 var adapterRules = []adapterRule{

@@ -62,9 +62,49 @@ func directStatus(err error) (uint32, string, bool) {
 }
 
 func (c *directClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	return c.CallKeyed(ctx, f, req, approvalID, "")
+}
+
+// directCodec stores a response as JSON, and the framework's own error
+// (*conformance.Status) as JSON.
+type directCodec struct{}
+
+func (directCodec) Marshal(out *attemptOut) ([]byte, error) {
+	if out == nil {
+		return nil, nil
+	}
+	return json.Marshal(out.resp)
+}
+
+func (directCodec) Unmarshal(b []byte) (*attemptOut, error) {
+	out := &attemptOut{header: http.Header{}}
+	if b == nil {
+		return out, nil // no body: the empty response
+	}
+	return out, json.Unmarshal(b, &out.resp)
+}
+
+func (directCodec) MarshalError(err error) ([]byte, error) {
+	st, ok := errors.AsType[*conformance.Status](err)
+	if !ok {
+		return nil, errors.New("not the framework's error")
+	}
+	return json.Marshal(st)
+}
+
+func (directCodec) UnmarshalError(b []byte) (error, error) {
+	st := new(conformance.Status)
+	return st, json.Unmarshal(b, st)
+}
+
+func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
 	route := adapter.Resolve(c.eng, c.d.Procedure(f))
 	body, _ := json.Marshal(req)
-	call := adapter.Call[*attemptOut]{Input: adapter.JSONInput(body), ApprovalID: approvalID, Surface: adapter.SurfaceRPC, Status: directStatus}
+	call := adapter.Call[*attemptOut]{Input: adapter.JSONInput(body), ApprovalID: approvalID, Surface: adapter.SurfaceRPC, Status: directStatus,
+		IdempotencyKey: key, Codec: directCodec{}}
+	if c.d.bug == "drops-key" {
+		call.IdempotencyKey = ""
+	}
 	attempt := func(ctx context.Context) (*attemptOut, error) {
 		out := &attemptOut{header: http.Header{}} // each attempt's own header sink
 		in := req                                 // and its own copy of the input
@@ -177,7 +217,12 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 		t.Skip("inside a planted run")
 	}
 	for bug, want := range map[string][]string{
-		"retries-writes":        {"Retry/the_adapter_never_retries_a_write_on_its_own"},
+		"retries-writes": {
+			"Retry/the_adapter_never_retries_a_write_on_its_own",
+			// A write retried behind the engine's back runs where the engine left it in doubt.
+			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
+			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
+		},
 		"finalizes-twice":       {"Envelope/exactly_one_envelope_and_one_final_event_per_call"},
 		"shares-input":          {"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's"},
 		"keeps-relayed-headers": {"Envelope/a_relayed_downstream_envelope_never_shadows_this_one"},
@@ -194,6 +239,25 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Status/a_framework_Unavailable_status_is_transient",
 			"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's",
 			"Envelope/a_relayed_downstream_envelope_never_shadows_this_one",
+			"Keys/a_repeat_with_the_same_key_replays_the_stored_result",
+			"Keys/both_spellings_of_a_key_are_one_key",
+			"Keys/the_same_key_with_another_input_is_IDEMPOTENCY_KEY_REUSED",
+			"Keys/a_gated_call_runs_once,_and_a_repeat_never_consumes_again",
+			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
+			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
+			"Keys/a_dedup_window_replays_a_repeat_without_a_key",
+		},
+		"drops-key": {
+			"Keys/a_repeat_with_the_same_key_replays_the_stored_result",
+			"Keys/both_spellings_of_a_key_are_one_key",
+			"Keys/a_malformed_key_is_INVALID_ARGUMENT_naming_the_header",
+			"Keys/a_repeat_while_the_first_runs_is_IDEMPOTENCY_IN_FLIGHT",
+			"Keys/the_same_key_with_another_input_is_IDEMPOTENCY_KEY_REUSED",
+			"Keys/a_write_that_failed_leaves_its_key_in_doubt",
+			"Keys/a_handler's_framework_error_is_replayed_unchanged",
+			"Keys/a_gated_call_runs_once,_and_a_repeat_never_consumes_again",
+			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
+			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
 		},
 	} {
 		t.Run(bug, func(t *testing.T) {

@@ -15,6 +15,15 @@ import (
 // downstream service where the effect lives. It sends it only to the hosts
 // it was built with. On a handler it does nothing.
 //
+// The key goes out as an RFC 9651 sf-string ("idk_…", quoted), the
+// spelling draft-ietf-httpapi-idempotency-key-header gives it. Go's
+// http.Transport treats a request that carries an Idempotency-Key (and can
+// rewind its body, as Connect's requests can) as replayable: when a reused
+// keep-alive connection turns out to be dead before any of the response
+// arrived, it sends the request again on a new connection, with the same
+// key. The downstream deduplicates by the key; one that ignores it may see
+// such a call twice.
+//
 // An interceptor cannot see redirects: it sets the header once, on the
 // request to the host the client was built for, and Go's http.Client copies
 // request headers onto the request of a 307 or 308 redirect (and of a 301,

@@ -115,9 +115,16 @@ type conformanceClient struct {
 }
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	return c.CallKeyed(ctx, f, req, approvalID, "")
+}
+
+func (c conformanceClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
 	r := connect.NewRequest(fixture.ProtoRequest(req))
 	if approvalID != "" {
 		r.Header().Set(adapter.HeaderApprovalID, approvalID)
+	}
+	if key != "" {
+		r.Header().Set(adapter.HeaderIdempotencyKey, key)
 	}
 	call := map[conformance.Fixture]func(context.Context, *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error){
 		conformance.FixtureRead: c.c.Read, conformance.FixtureWrite: c.c.Write, conformance.FixtureIdempotentWrite: c.c.IdempotentWrite,

@@ -100,6 +100,7 @@ func TestTheIdempotencyKeyDoesNotFollowARedirectToAnUnlistedHost(t *testing.T) {
 					t.Errorf("the redirected call: %v", err)
 				}
 			})
+			key = adapter.QuoteKey(key) // keys go out as sf-strings
 			if got := from.got(); len(got) != 1 || got[0] != key {
 				t.Errorf("the listed host got keys %q, want [%s]", got, key)
 			}

@@ -21,7 +21,8 @@ func unary(ctx context.Context, route adapter.Route, req connect.AnyRequest, nex
 	if !ok { // connect gives every handler one; fail closed rather than run ungoverned
 		return nil, connect.NewError(connect.CodeInternal, errors.New("agentsafe: no connect.CallInfo in the handler's context"))
 	}
-	call := adapter.Call[*attempt]{ApprovalID: req.Header().Get(adapter.HeaderApprovalID), Surface: adapter.SurfaceRPC, Status: status}
+	call := adapter.Call[*attempt]{ApprovalID: req.Header().Get(adapter.HeaderApprovalID), Surface: adapter.SurfaceRPC, Status: status,
+		IdempotencyKey: callerKey(req.Header()), Codec: newReplayCodec(req.Spec())}
 	var snapshot proto.Message
 	if msg, ok := req.Any().(proto.Message); ok {
 		call.Input = adapter.ProtoInput(msg)
@@ -48,6 +49,9 @@ func unary(ctx context.Context, route adapter.Route, req connect.AnyRequest, nex
 	adapter.SetHeaders(frame.ResponseHeader(), env) // Connect sends them on success and error alike
 	if err != nil {
 		return nil, wireError(err, env)
+	}
+	if a == nil { // a replay, and no schema to rebuild its response with
+		return nil, connect.NewError(connect.CodeInternal, errors.New("agentsafe: a stored result cannot be replayed without the method's schema (connect.WithSchema)"))
 	}
 	if a.res != nil { // Connect sends the response's own headers and trailers too
 		adapter.DelHeaders(a.res.Header())

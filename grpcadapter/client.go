@@ -48,6 +48,9 @@ func EnvelopeFrom(header, trailer metadata.MD, err error) (middleware.Envelope, 
 // as the client connection's target names them). Calls made outside an
 // execution, or to other hosts, are untouched.
 //
+// The key goes out as an RFC 9651 sf-string ("idk_…", quoted), the
+// spelling draft-ietf-httpapi-idempotency-key-header gives it.
+//
 // Unlike Go's http.Client, gRPC follows no redirects: a call goes to the
 // connection's target (one of the addresses it resolves to) and nowhere
 // else, so the key is never carried off to a host that is not listed, the

@@ -324,7 +324,7 @@ func TestIdempotencyKeyReachesDownstreamUnchangedAcrossRetries(t *testing.T) {
 			if _, err := up.Read(t.Context(), &testv1.Request{}); err != nil {
 				t.Fatal(err)
 			}
-			if len(keys) != 2 || keys[0] != seen[0] || keys[1] != seen[0] || seen[1] != seen[0] {
+			if want := adapter.QuoteKey(seen[0]); len(keys) != 2 || keys[0] != want || keys[1] != want || seen[1] != seen[0] {
 				t.Errorf("downstream saw keys %v, the handler had %v: the execution's key must arrive unchanged on every attempt", keys, seen)
 			}
 

@@ -108,8 +108,15 @@ func (s *service) Stream(r *testv1.Request, ss grpc.ServerStreamingServer[testv1
 type client struct{ c testv1.TestServiceClient }
 
 func (c client) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	return c.CallKeyed(ctx, f, req, approvalID, "")
+}
+
+func (c client) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
 	if approvalID != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "agentsafe-approval-id", approvalID) // exactly as given
+	}
+	if key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key)
 	}
 	in := fixture.ProtoRequest(req)
 	call := map[conformance.Fixture]func(context.Context, *testv1.Request, ...grpc.CallOption) (*testv1.Response, error){

@@ -43,7 +43,7 @@ func UnaryServerInterceptor(eng *middleware.Engine) grpc.UnaryServerInterceptor 
 		if !route.Governed() {
 			return handler(ctx, req)
 		}
-		call := adapter.Call[*headerSink]{Surface: adapter.SurfaceRPC, Status: grpcStatus}
+		call := adapter.Call[*headerSink]{Surface: adapter.SurfaceRPC, Status: grpcStatus, IdempotencyKey: callerKey(ctx), Codec: newReplayCodec(info.FullMethod)}
 		if v := metadata.ValueFromIncomingContext(ctx, mdApprovalID); len(v) > 0 {
 			call.ApprovalID = v[0]
 		}
@@ -72,7 +72,10 @@ func UnaryServerInterceptor(eng *middleware.Engine) grpc.UnaryServerInterceptor 
 		if err != nil {
 			return nil, wireError(env, err)
 		}
-		return sink.resp, nil // a completed execution always has its attempt's sink
+		if sink == nil { // a replay, and no descriptor to rebuild its response with
+			return nil, status.Error(codes.Internal, "agentsafe: a stored result cannot be replayed without the method's descriptor linked")
+		}
+		return sink.resp, nil // a completed execution has its attempt's sink
 	}
 }
 

@@ -137,12 +137,15 @@ func (b *Bridge) newTool(httpClient *http.Client, proc string, md protoreflect.M
 		return nil, fmt.Errorf("mcpadapter: %s: %w", proc, err)
 	}
 	in := md.Input()
-	if fd := in.Fields().ByJSONName(approvalArgument); fd != nil || in.Fields().ByTextName(approvalArgument) != nil {
-		return nil, fmt.Errorf("mcpadapter: %s: request field %q collides with the %q argument of the tool", proc, approvalArgument, approvalArgument)
+	for _, arg := range []string{approvalArgument, keyArgument} {
+		if fd := in.Fields().ByJSONName(arg); fd != nil || in.Fields().ByTextName(arg) != nil {
+			return nil, fmt.Errorf("mcpadapter: %s: request field %q collides with the %q argument of the tool", proc, arg, arg)
+		}
 	}
 	input := messageSchema(in)
 	input.Properties[approvalArgument] = &jsonschema.Schema{Type: "string", Description: approvalArgumentDoc}
-	input.PropertyOrder = append(input.PropertyOrder, approvalArgument)
+	input.Properties[keyArgument] = &jsonschema.Schema{Type: "string", Description: keyArgumentDoc, MinLength: new(1), MaxLength: new(maxKeyArgument)}
+	input.PropertyOrder = append(input.PropertyOrder, approvalArgument, keyArgument)
 	h := c.Hints()
 	t := &tool{
 		b:          b,

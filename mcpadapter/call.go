@@ -29,7 +29,7 @@ const approvalArgumentDoc = "Only to resume a call that needed a human's approva
 // call is the tool handler: decode the arguments into the request message,
 // call the procedure in process, and turn its envelope into the result.
 func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args, approvalID, err := splitArguments(req.Params.Arguments)
+	args, approvalID, key, err := splitArguments(req.Params.Arguments)
 	if err != nil {
 		return refusal(middleware.CodeInvalidArgument, "invalid arguments: "+err.Error()), nil
 	}
@@ -50,6 +50,7 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	if approvalID != "" {
 		creq.Header().Set(adapter.HeaderApprovalID, approvalID)
 	}
+	setKey(creq.Header(), key)
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
 		var stop func()
 		ctx, stop = t.startProgress(ctx, req.Session, token)
@@ -59,35 +60,43 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	return t.result(res, err, approvalID), nil
 }
 
-// splitArguments takes the approval argument out of a tool call's
-// arguments and returns the rest, which must be a JSON object, for
-// protojson. Members keep their order and duplicates, so that protojson
-// judges exactly what the client sent.
-func splitArguments(raw json.RawMessage) (json.RawMessage, string, error) {
+// splitArguments takes the approval and idempotency key arguments out of
+// a tool call's arguments and returns the rest, which must be a JSON
+// object, for protojson. Members keep their order and duplicates, so that
+// protojson judges exactly what the client sent.
+func splitArguments(raw json.RawMessage) (args json.RawMessage, approvalID, idempotencyKey string, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return json.RawMessage("{}"), "", nil
+		return json.RawMessage("{}"), "", "", nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, "", errors.New("the arguments must be a JSON object")
+		return nil, "", "", errors.New("the arguments must be a JSON object")
 	}
 	var out bytes.Buffer
 	out.WriteByte('{')
-	var approvalID string
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, "", errors.New("the arguments are not valid JSON")
+			return nil, "", "", errors.New("the arguments are not valid JSON")
 		}
 		key, _ := tok.(string)
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {
-			return nil, "", errors.New("the arguments are not valid JSON")
+			return nil, "", "", errors.New("the arguments are not valid JSON")
 		}
-		if key == approvalArgument {
+		switch key {
+		case approvalArgument:
 			if err := json.Unmarshal(value, &approvalID); err != nil {
-				return nil, "", fmt.Errorf("%q must be a string", approvalArgument)
+				return nil, "", "", fmt.Errorf("%q must be a string", approvalArgument)
+			}
+			continue
+		case keyArgument:
+			if err := json.Unmarshal(value, &idempotencyKey); err != nil {
+				return nil, "", "", fmt.Errorf("%q must be a string", keyArgument)
+			}
+			if err := checkKey(idempotencyKey); err != nil {
+				return nil, "", "", err
 			}
 			continue
 		}
@@ -100,11 +109,11 @@ func splitArguments(raw json.RawMessage) (json.RawMessage, string, error) {
 		out.Write(value)
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, "", errors.New("the arguments are not valid JSON")
+		return nil, "", "", errors.New("the arguments are not valid JSON")
 	}
 	if dec.More() {
-		return nil, "", errors.New("the arguments must be one JSON object")
+		return nil, "", "", errors.New("the arguments must be one JSON object")
 	}
 	out.WriteByte('}')
-	return out.Bytes(), approvalID, nil
+	return out.Bytes(), approvalID, idempotencyKey, nil
 }

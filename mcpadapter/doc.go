@@ -33,15 +33,15 @@
 //     for a declared Idempotent, openWorldHint for external. destructiveHint
 //     and openWorldHint are always written, because MCP defaults them to true.
 //   - Input schema: the request message as protojson reads it, plus the
-//     optional "_approval_id" argument; output schema: the response message
-//     as protojson writes it. Messages are closed objects of their fields
-//     under their JSON names; nothing is required (proto3 has no required
-//     fields; proto2 required ones are listed); 64-bit integers are an
-//     integer or a decimal string; enums are their value names; repeated
-//     fields are arrays and maps objects; well-known types take their JSON
-//     form (Timestamp and Duration strings, wrappers their scalar, Struct,
-//     Value, ListValue, Any); a message that can contain itself is defined
-//     once under $defs.
+//     optional "_approval_id" and "_idempotency_key" arguments; output
+//     schema: the response message as protojson writes it. Messages are
+//     closed objects of their fields under their JSON names; nothing is
+//     required (proto3 has no required fields; proto2 required ones are
+//     listed); 64-bit integers are an integer or a decimal string; enums
+//     are their value names; repeated fields are arrays and maps objects;
+//     well-known types take their JSON form (Timestamp and Duration
+//     strings, wrappers their scalar, Struct, Value, ListValue, Any); a
+//     message that can contain itself is defined once under $defs.
 //   - _meta: "agentsafe/procedure", "agentsafe/sideEffect", "agentsafe/risk"
 //     and, for capabilities that always need an approval,
 //     "agentsafe/approvalType".
@@ -50,7 +50,8 @@
 //
 // For each tools/call, on the SDK's handler goroutine:
 //
-//  1. The arguments are split: "_approval_id" is taken out, the rest is
+//  1. The arguments are split: "_approval_id" and "_idempotency_key" are
+//     taken out (so neither is part of the input digest), the rest is
 //     decoded with protojson into the request message. Arguments protojson
 //     refuses (an unknown field, a wrong type) fail the call with
 //     INVALID_ARGUMENT naming the argument ("items[2].quantity"), and
@@ -58,7 +59,9 @@
 //  2. The request headers are made by the WithHeaders function: by default
 //     the Authorization header of the MCP HTTP request, so the identity the
 //     MCP client authenticated with is the one the service authenticates.
-//     The Agentsafe-Approval-Id header is set from "_approval_id" only.
+//     The Agentsafe-Approval-Id header is set from "_approval_id" only, and
+//     the Idempotency-Key header from "_idempotency_key" only (a header the
+//     function forwards is dropped).
 //  3. The procedure is called in process: one Connect request (binary
 //     protobuf) served by the handler given to New, on the call's context.
 //     The service's interceptors, its authentication and the engine run as
@@ -91,6 +94,22 @@
 // "agentsafe/envelope" ([ReadEnvelope]) and the response headers under
 // "agentsafe/headers" ([ReadHeader]): the Agentsafe-* headers, and those
 // named with [WithResponseHeaders].
+//
+// # Repeating a call
+//
+// Every tool takes an optional "_idempotency_key", described to the model
+// as: "Optional. When repeating a call of this tool that got no reply or
+// failed, send the same value; use a new value only for a new operation."
+// It is the caller's key of the engine's result store
+// (middleware.WithResultStore): a repeat with the same value and the same
+// other arguments gets the first call's result, replayed (the same
+// structured content; the envelope in _meta names the first execution and
+// says "replayed": true), and runs nothing; the value with other arguments
+// is IDEMPOTENCY_KEY_REUSED, a repeat while the first runs
+// IDEMPOTENCY_IN_FLIGHT. The value is any 1 to 255 printable ASCII
+// characters, sent to the service as the Idempotency-Key header (quoted).
+// New refuses a request message with a field of that name. An engine
+// without a result store ignores it.
 //
 // # Resuming an approved call
 //

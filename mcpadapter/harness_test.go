@@ -122,10 +122,21 @@ type mcpClient struct {
 	tools map[string]string // by procedure
 }
 
+// KeyArgument: the bridge takes the caller's key from the _idempotency_key
+// argument, a plain value, not in a header's spelling.
+func (mcpClient) KeyArgument() bool { return true }
+
 func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	return c.CallKeyed(ctx, f, req, approvalID, "")
+}
+
+func (c mcpClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
 	args := map[string]any{"id": req.ID, "mode": string(req.Mode), "failTimes": req.FailTimes}
 	if approvalID != "" {
 		args["_approval_id"] = approvalID
+	}
+	if key != "" {
+		args["_idempotency_key"] = key
 	}
 	name, ok := c.tools[fx.Procedure(f)]
 	if !ok {

@@ -121,8 +121,8 @@ func TestRefundTools(t *testing.T) {
 		if h := c.Hints(); (hints{h.ReadOnly, h.Destructive, h.Idempotent, h.OpenWorld}) != got {
 			t.Errorf("%s: annotations %+v differ from the engine's hints %+v", name, got, h)
 		}
-		if in := propertyNames(t, tool.InputSchema); !slices.Equal(in, sorted(append(w.input, "_approval_id"))) {
-			t.Errorf("%s: input properties %v, want %v and _approval_id", name, in, w.input)
+		if in := propertyNames(t, tool.InputSchema); !slices.Equal(in, sorted(append(w.input, "_approval_id", "_idempotency_key"))) {
+			t.Errorf("%s: input properties %v, want %v, _approval_id and _idempotency_key", name, in, w.input)
 		}
 		if out := propertyNames(t, tool.OutputSchema); !slices.Equal(out, sorted(w.output)) {
 			t.Errorf("%s: output properties %v, want %v", name, out, w.output)

@@ -31,7 +31,7 @@ const (
 // exposedHeaders are the response headers every tool result exposes: the
 // envelope's.
 var exposedHeaders = []string{adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode, adapter.HeaderRetryable,
-	adapter.HeaderApprovalURL, adapter.HeaderApprovalExpires}
+	adapter.HeaderReplayed, adapter.HeaderApprovalURL, adapter.HeaderApprovalExpires}
 
 // result turns what the procedure returned into the tool result (see the
 // package documentation for the mapping).

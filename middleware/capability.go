@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -121,6 +122,15 @@ type Capability struct {
 	// the default, turns it off; negative is invalid. It needs a result
 	// store.
 	Dedup time.Duration
+	// Reconcile finds out whether an execution left in doubt (see
+	// [WithResultStore]) had its effect, given the idempotency key its
+	// handler saw (key, the same for every call with the caller's key):
+	// Done stores and replays its result; not Done runs the call again
+	// under the same key; an error keeps the key in doubt. It is asked by
+	// the first repeat of a key in doubt, alone: other repeats meanwhile
+	// are IDEMPOTENCY_IN_FLIGHT. Nil, the default: a repeat of a key in
+	// doubt is IDEMPOTENCY_IN_DOUBT.
+	Reconcile func(ctx context.Context, key string) (Reconciled, error)
 }
 
 // Exposed reports whether the capability is served on s.

@@ -82,6 +82,7 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, cfg.storeProblems(merged)...)
+	errs = append(errs, cfg.resultProblems(merged)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

@@ -34,6 +34,9 @@ type config struct {
 	now            func() time.Time
 	digestKey      []byte
 	store          store.ApprovalStore
+	results        store.ResultStore
+	resultKeys     *keyring
+	retention      time.Duration // of stored results; 0: 24h
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
 	condition      func(ctx context.Context, q ApprovalQuery) (bool, string, error)
@@ -89,6 +92,10 @@ type Defaults struct {
 	// deadline that have not returned yet; over it new calls fail with
 	// RESOURCE_EXHAUSTED: 100.
 	MaxAbandoned int
+	// ResultRetention is how long a result stored for a caller's
+	// Idempotency-Key is replayed, and a key in doubt kept (see
+	// [WithResultStore]): 24h. A dedup window keeps its own.
+	ResultRetention time.Duration
 }
 
 // WithDefaults sets the engine-wide defaults and limits (see [Defaults]);
@@ -108,6 +115,7 @@ func WithDefaults(d Defaults) Option {
 		set("MaxBackoff", d.MaxBackoff, &c.maxBackoff)
 		set("Jitter", d.Jitter, &c.jitter)
 		set("ApprovalExpiry", d.ApprovalExpiry, &c.defaultExpiry)
+		set("ResultRetention", d.ResultRetention, &c.retention)
 		switch {
 		case d.MaxAbandoned < 0:
 			c.problems = append(c.problems, fmt.Sprintf("Defaults.MaxAbandoned must not be negative (got %d)", d.MaxAbandoned))

@@ -32,6 +32,9 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call *
 	if err := x.admit(); err != nil {
 		return x.finish(nil, err)
 	}
+	if r := x.replaying(); r != nil { // a stored result: nothing runs
+		return x.finish(r.v, r.err)
+	}
 	if x.consumed && x.ctx.Err() != nil {
 		// The caller left between the consumption and the first attempt:
 		// nothing ran, so the approval is given back.
@@ -87,7 +90,8 @@ type execution struct {
 	eventDigest    string // keyed when configured
 	approvalID     string
 	approval       *store.ConsumedApproval
-	consumed       bool // an approval was consumed: its outcome is recorded
+	consumed       bool   // an approval was consumed: its outcome is recorded
+	keyed          *keyed // the caller's key or a dedup window, when the engine stores results
 	streaming      bool
 	endTrace       func(Envelope) // the tracer's, or nil
 	start          time.Time
@@ -153,6 +157,9 @@ func (x *execution) admit() *Error {
 	if err != nil {
 		return err
 	}
+	if err := x.claim(); err != nil || x.replaying() != nil {
+		return err // a replay never reaches the gate
+	}
 	if !required {
 		return nil
 	}
@@ -168,6 +175,9 @@ func (x *execution) cheapChecks() *Error {
 	if x.actorErr != nil {
 		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: x.actorErr}
 	}
+	if err := x.callerKey(); err != nil {
+		return err
+	}
 	if x.cap.abandoned.Load() >= int64(x.e.cfg.maxAbandoned) {
 		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.proc)}
 	}
@@ -179,14 +189,14 @@ func (x *execution) cheapChecks() *Error {
 // the call's safety depends on it (an approval, or a condition that reads
 // the input); for events alone it is just left without a digest.
 func (x *execution) bind() *Error {
-	strict := x.cap.Approval.Required || x.e.cfg.condition != nil
+	strict := x.cap.Approval.Required || x.e.cfg.condition != nil || x.keyed != nil
 	if x.call.Input == nil || x.streaming || !(strict || x.e.observed || x.e.cfg.tracer != nil) {
 		return nil
 	}
 	d, err := x.call.Input.Digest(x.proc)
 	if err != nil {
 		if strict {
-			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
+			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to " + x.boundTo() + ": " + err.Error(), Cause: err}
 		}
 		return nil
 	}
@@ -352,6 +362,7 @@ type attempt struct {
 	// (returnedLate); guarded by the execution's mu.
 	late         Code
 	returnedLate bool
+	lateResult   attemptResult        // what it returned, for the result store
 	endTrace     func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
 }
 
@@ -423,8 +434,8 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 	if errors.Is(r.err, seam.ErrNoResponse) {
 		r.err = nil // late, an implicit success is a success: it may have had an effect
 	}
-	if x.consumed {
-		x.lateReturn(a, x.lateCode(a, r))
+	if x.consumed || x.keyed != nil {
+		x.lateReturn(a, x.lateCode(a, r), r)
 	}
 	if r.panic == nil && x.stopped(r.err) {
 		return // it stopped because its context ended: nothing landed late that it knows of
@@ -449,16 +460,21 @@ func (x *execution) lateCode(a *attempt, r attemptResult) Code {
 	return CodeOf(r.err)
 }
 
-// lateReturn hands an abandoned attempt's result to the approval record:
-// recorded now if the execution has finalized with this attempt left
-// running (its record says in_doubt), else kept for finish to record.
-func (x *execution) lateReturn(a *attempt, code Code) {
+// lateReturn hands an abandoned attempt's result to the approval record
+// and the result store: recorded now if the execution has finalized with
+// this attempt left running (its record says in_doubt), else kept for
+// finish to record.
+func (x *execution) lateReturn(a *attempt, code Code, r attemptResult) {
 	x.mu.Lock()
-	a.late, a.returnedLate = code, true
+	a.late, a.returnedLate, a.lateResult = code, true, r
 	record := x.final && x.last == a
+	doubtful := x.keyed != nil && x.keyed.doubtful
 	x.mu.Unlock()
-	if record {
+	if record && x.consumed {
 		x.recordLate(code)
+	}
+	if record && doubtful {
+		x.storeLate(a, r)
 	}
 }
 
@@ -597,6 +613,9 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	if x.consumed {
 		x.recordOutcome(code)
 	}
+	if x.keyed != nil {
+		env = x.settleKey(env, v, err)
+	}
 	if x.e.observed {
 		x.emit(x.finalEvent(env, err))
 	}
@@ -619,6 +638,13 @@ func (x *execution) callerRetryable(err *Error) bool {
 
 func (x *execution) finalEvent(env Envelope, err *Error) Event {
 	ev := Event{Attempts: env.Attempts, Duration: env.Duration, ApprovalID: env.ApprovalID}
+	if env.Replayed { // the stored result of another execution: nothing ran here
+		ev = Event{Type: EventReplayed, ReplayOf: env.ExecutionID, Duration: x.e.cfg.now().Sub(x.start)}
+		if env.Error != nil {
+			ev.Code = env.Error.Code
+		}
+		return ev
+	}
 	switch env.Status {
 	case StatusCompleted:
 		ev.Type = EventCompleted

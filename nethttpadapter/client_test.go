@@ -159,7 +159,8 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 	recv(t, executions, "attempt 2")
 	call(t.Context(), listedSrv.URL, "") // outside any execution
 
-	want := []string{x.IdempotencyKey, x.IdempotencyKey, x.SubKey("receipt"), "idk_chosen_by_the_handler", ""}
+	q := adapter.QuoteKey // keys go out as sf-strings; a key the handler set, as it set it
+	want := []string{q(x.IdempotencyKey), q(x.IdempotencyKey), q(x.SubKey("receipt")), "idk_chosen_by_the_handler", ""}
 	if got := listed.got(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("keys at the listed host:\n got %q\nwant %q", got, want)
 	}
@@ -211,6 +212,7 @@ func TestIdempotencyKeyTransportDoesNotFollowARedirectToAnUnlistedHost(t *testin
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
+	key = adapter.QuoteKey(key) // keys go out as sf-strings
 	for _, c := range []struct {
 		where string
 		rec   *keyRecorder

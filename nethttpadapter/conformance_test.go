@@ -120,7 +120,7 @@ type conformanceClient struct {
 	client *http.Client
 }
 
-func (c conformanceClient) do(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) (*http.Response, error) {
+func (c conformanceClient) do(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) (*http.Response, error) {
 	body, _ := json.Marshal(req)
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/"+string(f), bytes.NewReader(body))
 	if err != nil {
@@ -130,11 +130,18 @@ func (c conformanceClient) do(ctx context.Context, f conformance.Fixture, req co
 	if approvalID != "" {
 		r.Header.Set(adapter.HeaderApprovalID, approvalID)
 	}
+	if key != "" {
+		r.Header.Set(adapter.HeaderIdempotencyKey, key)
+	}
 	return c.client.Do(r)
 }
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
-	resp, err := c.do(ctx, f, req, approvalID)
+	return c.CallKeyed(ctx, f, req, approvalID, "")
+}
+
+func (c conformanceClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
+	resp, err := c.do(ctx, f, req, approvalID, key)
 	if err != nil {
 		return conformance.Result{Err: err}
 	}
@@ -143,13 +150,15 @@ func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req 
 	res := result(resp, b, err)
 	if res.Err == nil && resp.StatusCode == http.StatusOK {
 		res.Response = new(conformance.Response)
-		res.Err = json.Unmarshal(b, res.Response)
+		if len(b) > 0 { // a replay without a body is an empty 200
+			res.Err = json.Unmarshal(b, res.Response)
+		}
 	}
 	return res
 }
 
 func (c conformanceClient) Stream(ctx context.Context, req conformance.Request) ([]conformance.Response, conformance.Result) {
-	resp, err := c.do(ctx, conformance.FixtureStream, req, "")
+	resp, err := c.do(ctx, conformance.FixtureStream, req, "", "")
 	if err != nil {
 		return nil, conformance.Result{Err: err}
 	}

@@ -27,6 +27,7 @@ func serve(rt adapter.Route, stream bool, h http.Handler, cfg *config, w http.Re
 	x := &exchange{r: r, body: body, h: h, max: cfg.maxResponse}
 	c := call[*attemptWriter](r)
 	c.Input = adapter.HTTPInput(r, body, cfg.bound...)
+	c.IdempotencyKey, c.Codec = callerKey(r), replayCodec{}
 	final, env, err := adapter.Execute(r.Context(), rt, c, x.attempt)
 	if _, own := adapter.HandlerError(err); err != nil && !own {
 		final = nil // an outcome the engine decided: the envelope is the answer

@@ -26,6 +26,18 @@ import (
 // execution, and requests that already carry an Idempotency-Key, are sent
 // unchanged. The caller's request is never modified (it is cloned first).
 //
+// The key goes out as an RFC 9651 sf-string ("idk_…", quoted), the
+// spelling draft-ietf-httpapi-idempotency-key-header gives it.
+//
+// Go's http.Transport treats a request that carries an Idempotency-Key
+// (and whose body it can rewind: no body, or GetBody set, as
+// http.NewRequest sets for in-memory bodies) as replayable: when a reused
+// keep-alive connection turns out to be dead before any of the response
+// arrived, it sends the request again on a new connection, with the same
+// key, without asking. That is what the key is for: the downstream
+// deduplicates by it. A downstream that ignores the key may see such a
+// POST twice.
+//
 // Redirects are decided per hop: http.Client sends each redirected request
 // through the transport again, built from the caller's headers, so the key
 // the transport sets reaches a redirect's target only if that host is

@@ -109,9 +109,20 @@ func newFixtureService(handle conformance.Handler) fixtureService {
 type conformanceClient struct{ c testv1.TestService }
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	return c.CallKeyed(ctx, f, req, approvalID, "")
+}
+
+func (c conformanceClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
+	h := http.Header{}
 	if approvalID != "" {
+		h.Set(adapter.HeaderApprovalID, approvalID)
+	}
+	if key != "" {
+		h.Set(adapter.HeaderIdempotencyKey, key)
+	}
+	if len(h) > 0 {
 		var err error
-		if ctx, err = twirp.WithHTTPRequestHeaders(ctx, http.Header{adapter.HeaderApprovalID: {approvalID}}); err != nil {
+		if ctx, err = twirp.WithHTTPRequestHeaders(ctx, h); err != nil {
 			return conformance.Result{Err: err}
 		}
 	}

@@ -28,7 +28,8 @@ func interceptor(eng *middleware.Engine) twirp.Interceptor {
 			if !ok { // fail closed: the generated server was mounted, not Wrap's
 				return nil, twirp.InternalError("twirpadapter: serve the *Server that Wrap returned")
 			}
-			call := adapter.Call[*result]{ApprovalID: w.req.Get(adapter.HeaderApprovalID), Surface: adapter.SurfaceRPC, Status: status}
+			call := adapter.Call[*result]{ApprovalID: w.req.Get(adapter.HeaderApprovalID), Surface: adapter.SurfaceRPC, Status: status,
+				IdempotencyKey: callerKey(w.req), Codec: newReplayCodec(route.Procedure())}
 			msg, _ := req.(proto.Message) // always one, for generated code
 			var snapshot proto.Message
 			if msg != nil {
@@ -55,6 +56,9 @@ func interceptor(eng *middleware.Engine) twirp.Interceptor {
 			adapter.SetHeaders(w.resp, env)
 			if err != nil {
 				return nil, twirpError(env, err)
+			}
+			if r == nil { // a replay, and no descriptor to rebuild its response with
+				return nil, twirp.InternalError("agentsafe: a stored result cannot be replayed without the method's descriptor linked")
 			}
 			return r.resp, nil
 		}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -28,6 +30,7 @@ type result struct {
 	Retryable   bool
 	Attempts    int
 	ApprovalID  string
+	Replayed    bool
 	Runs        []orders.Attempt
 	Events      []middleware.Event
 }
@@ -38,6 +41,13 @@ type report struct {
 	AskApproval, Resume, ResumeAgain, Reinvocation result
 	AskCancel, CancelRejected                      result
 	GatewayRefunds                                 int
+	// LostReply is the keyed refund whose reply the agent never got, as
+	// the server recorded it; Replay the agent's repeat with the same key,
+	// ReplayTrail the repeat's own audit trail, and RefundsBeforeKeyed and
+	// RefundsAfterKeyed what the gateway had applied around the two calls.
+	LostReply, Replay                     result
+	ReplayTrail                           []middleware.Event
+	RefundsBeforeKeyed, RefundsAfterKeyed int
 	// MCPTools lists the tools the MCP bridge offers; MCPRead is a tool call.
 	MCPTools []string
 	MCPRead  result
@@ -53,11 +63,28 @@ type scriptedAgent struct {
 	s      *server
 	client ordersv1connect.OrderServiceClient
 	out    io.Writer
+	// network loses replies on the way back to the agent.
+	network *lossyTransport
 }
 
 func newAgent(s *server, out io.Writer) *scriptedAgent {
-	client := ordersv1connect.NewOrderServiceClient(http.DefaultClient, s.url, connect.WithInterceptors(bearer("agent-token")))
-	return &scriptedAgent{s: s, client: client, out: out}
+	network := &lossyTransport{}
+	client := ordersv1connect.NewOrderServiceClient(&http.Client{Transport: network}, s.url, connect.WithInterceptors(bearer("agent-token")))
+	return &scriptedAgent{s: s, client: client, out: out, network: network}
+}
+
+// lossyTransport is the agent's network: it delivers every request, and
+// loses the next LoseReplies replies after the server has answered.
+type lossyTransport struct{ LoseReplies atomic.Int32 }
+
+func (t *lossyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || t.LoseReplies.Add(-1) < 0 {
+		return res, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return nil, errors.New("connection reset by peer: the reply was lost")
 }
 
 // run plays the story.
@@ -108,6 +135,11 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 	r.Reinvocation = a.show(unary(ctx, a.client.RefundOrder, &ordersv1.RefundOrderRequest{OrderId: "44", AmountCents: 50_00, Reason: "damaged"}, ""))
 	fmt.Fprintf(a.out, "   step 3 ran as %s, this call as %s\n", r.Refund.ExecutionID, r.Reinvocation.ExecutionID)
 
+	a.title("6b. With an Idempotency-Key the agent may call again: the reply of a refund is lost, the repeat is replayed")
+	if err := a.keyedRefund(ctx, &r); err != nil {
+		return r, err
+	}
+
 	a.title("7. Cancelling an order is destructive: always approved first; the manager rejects it")
 	r.AskCancel = a.show(unary(ctx, a.client.CancelOrder, &ordersv1.CancelOrderRequest{OrderId: "42"}, ""))
 	if _, err := a.s.eng.Decide(ctx, r.AskCancel.ApprovalID, store.Decision{Approve: false, Approver: manager, Comment: "the customer wants to keep it"}); err != nil {
@@ -120,6 +152,40 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 		return r, err
 	}
 	return r, nil
+}
+
+// keyedRefund refunds order 42 under the agent's own Idempotency-Key; the
+// reply is lost on the way back, so the agent, which cannot tell whether
+// the refund happened, calls again with the same key: the stored result is
+// replayed (the first execution's id and response), nothing runs, and the
+// gateway has paid once.
+func (a *scriptedAgent) keyedRefund(ctx context.Context, r *report) error {
+	const key = "refund-42-late-delivery" // the agent's key for this one operation
+	refund := &ordersv1.RefundOrderRequest{OrderId: "42", AmountCents: 30_00, Reason: "late delivery"}
+	r.RefundsBeforeKeyed = a.s.svc.Gateway.Refunds()
+	a.network.LoseReplies.Store(1)
+	_, _, err := unary(ctx, a.client.RefundOrder, refund, "", key)
+	fmt.Fprintf(a.out, "   the agent sent Idempotency-Key: %s and saw: %v\n", key, err)
+	r.LostReply = a.show(a.serverSide(ctx, ordersv1connect.OrderServiceRefundOrderProcedure))
+
+	a.title("   ...the agent calls again with the same Idempotency-Key: replayed, nothing runs")
+	res, env, err := unary(ctx, a.client.RefundOrder, refund, "", key)
+	r.Replay = a.show(res, env, err)
+	r.RefundsAfterKeyed = a.s.svc.Gateway.Refunds()
+	fmt.Fprintf(a.out, "   Agentsafe-Replayed: %t, execution %s (the first call's); the gateway applied %d refund(s) for the two calls\n",
+		env.Replayed, env.ExecutionID, r.RefundsAfterKeyed-r.RefundsBeforeKeyed)
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	id, err := a.s.replays.wait(wait, env.ExecutionID)
+	if err != nil {
+		return err
+	}
+	if r.ReplayTrail, err = a.s.audit.WaitFinal(wait, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "   audit trail of the repeat, %s:\n", id)
+	print(a.out, r.ReplayTrail)
+	return nil
 }
 
 // mcp lists the bridge's tools and calls one over streamable HTTP, as an
@@ -161,11 +227,15 @@ func (b bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(req)
 }
 
-// unary calls one procedure and reads the envelope back from the wire.
-func unary[Req, Res any](ctx context.Context, f func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req, approvalID string) (*Res, middleware.Envelope, error) {
+// unary calls one procedure, with an approval id and the agent's own
+// idempotency key when given, and reads the envelope back from the wire.
+func unary[Req, Res any](ctx context.Context, f func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req, approvalID string, key ...string) (*Res, middleware.Envelope, error) {
 	req := connect.NewRequest(msg)
 	if approvalID != "" {
 		req.Header().Set(adapter.HeaderApprovalID, approvalID)
+	}
+	for _, k := range key {
+		req.Header().Set(adapter.HeaderIdempotencyKey, k)
 	}
 	res, err := f(ctx, req)
 	env, _ := connectadapter.ReadEnvelope(res, err)
@@ -179,7 +249,7 @@ func (a *scriptedAgent) title(s string) { fmt.Fprintf(a.out, "\n%s\n", s) }
 
 // show prints a call's outcome, the service's attempts and the audit trail.
 func (a *scriptedAgent) show(res any, env middleware.Envelope, err error) result {
-	r := result{ExecutionID: env.ExecutionID, Attempts: env.Attempts, ApprovalID: env.ApprovalID}
+	r := result{ExecutionID: env.ExecutionID, Attempts: env.Attempts, ApprovalID: env.ApprovalID, Replayed: env.Replayed}
 	if env.Error != nil {
 		r.Code, r.Retryable = env.Error.Code, env.Error.Retryable
 		fmt.Fprintf(a.out, "   → %s %s: %q (safe to re-invoke: %t), %d attempt(s)\n", env.Status, env.Error.Code, env.Error.Message, env.Error.Retryable, env.Attempts)

@@ -4,7 +4,7 @@
 // scripted agent against it over real HTTP, printing what happened and the
 // audit trail of every call.
 //
-//	go run ./examples/refund                 # the story, on the in-memory approval store
+//	go run ./examples/refund                 # the story, on the in-memory stores
 //	go run ./examples/refund -redis redis://127.0.0.1:6379/0
 //	go run ./examples/refund -console        # a person approves in the browser
 //	go run ./examples/refund -serve          # keep serving, for curl and MCP clients at /mcp
@@ -22,11 +22,12 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware/store"
+	"github.com/agentsafe/agentsafe/resultstore"
 	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	redisURL := flag.String("redis", "", "keep approvals in Redis at this URL (redis://host:port/db) instead of in memory")
+	redisURL := flag.String("redis", "", "keep approvals and stored results in Redis at this URL (redis://host:port/db) instead of in memory")
 	serve := flag.Bool("serve", false, "keep serving on -addr for manual calls instead of running the scripted agent")
 	console := flag.Bool("console", false, "wait for a person to approve in the approval console instead of approving automatically")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on with -serve or -console")
@@ -38,12 +39,12 @@ func main() {
 }
 
 func run(redisURL string, serve, console bool, addr string, out io.Writer) error {
-	store, closeStore, err := openStore(redisURL)
+	approvals, results, closeStores, err := openStores(redisURL)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
-	s, err := newServer(store)
+	defer closeStores()
+	s, err := newServer(approvals, results)
 	if err != nil {
 		return err
 	}
@@ -69,21 +70,28 @@ func run(redisURL string, serve, console bool, addr string, out io.Writer) error
 	return err
 }
 
-func openStore(redisURL string) (store.ApprovalStore, func(), error) {
+// openStores opens the approval and result stores: in memory, or both in
+// Redis at redisURL.
+func openStores(redisURL string) (store.ApprovalStore, store.ResultStore, func(), error) {
 	if redisURL == "" {
-		return approvalstore.NewMemory(), func() {}, nil
+		return approvalstore.NewMemory(), resultstore.NewMemory(), func() {}, nil
 	}
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("-redis: %w", err)
 	}
 	client := redis.NewClient(opts)
-	store, err := approvalstore.NewRedis(client)
+	approvals, err := approvalstore.NewRedis(client)
 	if err != nil {
 		client.Close()
-		return nil, nil, fmt.Errorf("-redis: %w", err) // never fall back to memory silently
+		return nil, nil, nil, fmt.Errorf("-redis: %w", err) // never fall back to memory silently
 	}
-	return store, func() { client.Close() }, nil
+	results, err := resultstore.NewRedis(client)
+	if err != nil {
+		client.Close()
+		return nil, nil, nil, fmt.Errorf("-redis: %w", err)
+	}
+	return approvals, results, func() { client.Close() }, nil
 }
 
 // autoApprove plays the manager: it decides through the engine, as an

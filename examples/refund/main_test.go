@@ -2,25 +2,34 @@ package main
 
 import (
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
+	"github.com/agentsafe/agentsafe/resultstore"
 )
 
 // TestStory runs the scripted agent against the example server and checks
-// the story's outcomes (not its log text), on both approval stores.
+// the story's outcomes (not its log text), on both kinds of stores.
 func TestStory(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) store.ApprovalStore{
-		"memory": func(*testing.T) store.ApprovalStore { return approvalstore.NewMemory() },
-		"redis": func(t *testing.T) store.ApprovalStore {
-			store, err := approvalstore.NewRedis(redistest.Start(t).Client())
+	for name, open := range map[string]func(t *testing.T) (store.ApprovalStore, store.ResultStore){
+		"memory": func(*testing.T) (store.ApprovalStore, store.ResultStore) {
+			return approvalstore.NewMemory(), resultstore.NewMemory()
+		},
+		"redis": func(t *testing.T) (store.ApprovalStore, store.ResultStore) {
+			rdb := redistest.Start(t).Client()
+			approvals, err := approvalstore.NewRedis(rdb)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return store
+			results, err := resultstore.NewRedis(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return approvals, results
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -80,6 +89,19 @@ func checkStory(t *testing.T, r report) {
 	// 6. A re-invocation is a new execution, refused by the business rule.
 	if r.Reinvocation.Code != middleware.CodeExecutionFailed || r.Reinvocation.ExecutionID == r.Refund.ExecutionID || r.GatewayRefunds != 1 {
 		t.Errorf("re-invocation: %+v", r.Reinvocation)
+	}
+	// 6b. A keyed refund whose reply was lost ran once; the repeat with the
+	// same key is replayed: the first execution's id and response, nothing
+	// run, the gateway paid once, and the audit shows capability.replayed.
+	if r.LostReply.Code != middleware.CodeOK || len(r.LostReply.Runs) != 1 || r.RefundsAfterKeyed-r.RefundsBeforeKeyed != 1 {
+		t.Errorf("lost reply: %+v, gateway refunds %d → %d", r.LostReply, r.RefundsBeforeKeyed, r.RefundsAfterKeyed)
+	}
+	if r.Replay.Code != middleware.CodeOK || !r.Replay.Replayed || r.Replay.ExecutionID != r.LostReply.ExecutionID || len(r.Replay.Runs) != 1 {
+		t.Errorf("repeat with the same key: %+v, want a replay of %s", r.Replay, r.LostReply.ExecutionID)
+	}
+	if i := slices.IndexFunc(r.ReplayTrail, func(e middleware.Event) bool { return e.Type == middleware.EventReplayed }); i < 0 ||
+		r.ReplayTrail[i].ReplayOf != r.LostReply.ExecutionID || r.ReplayTrail[i].ExecutionID == r.LostReply.ExecutionID {
+		t.Errorf("the repeat's audit trail must end in capability.replayed of %s: %+v", r.LostReply.ExecutionID, r.ReplayTrail)
 	}
 	// 7. The destructive cancel was rejected and never ran.
 	if r.AskCancel.Code != middleware.CodeApprovalRequired || r.CancelRejected.Code != middleware.CodeApprovalRejected || len(r.CancelRejected.Runs) != 0 {

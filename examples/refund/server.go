@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -38,18 +39,30 @@ type server struct {
 	// audit is the audit trail, kept in memory for the demo to print; a
 	// service sends it to its log (middleware.NewSlogSink) or OpenTelemetry.
 	audit *agentsafetest.Recorder
-	url   string
-	http  *http.Server
+	// replays finds the execution that replayed a stored result.
+	replays replayLog
+	url     string
+	http    *http.Server
 }
 
-func newServer(store store.ApprovalStore) (*server, error) {
+// newServer builds the service on an approval store and a result store
+// (where the results of calls carrying an Idempotency-Key are kept, so
+// that a repeat is replayed rather than run again).
+func newServer(approvals store.ApprovalStore, results store.ResultStore) (*server, error) {
 	s := &server{svc: orders.New(), audit: &agentsafetest.Recorder{}}
+	key, err := resultKey()
+	if err != nil {
+		return nil, err
+	}
 	eng, err := middleware.New(nil, // the capabilities are the method options in orders.proto
-		middleware.WithApprovalStore(store),
+		middleware.WithApprovalStore(approvals),
+		middleware.WithResultStore(results),
+		middleware.WithResultKey(key), // stored responses are sealed with it
 		middleware.WithActor(actorFromContext),
 		middleware.WithApprovalCondition(orders.NeedsApproval),
 		middleware.WithApprovalView(approvalView),
 		middleware.WithEventSink(s.audit),
+		middleware.WithEventSink(&s.replays),
 		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
 	)
 	if err != nil {
@@ -69,6 +82,17 @@ func newServer(store store.ApprovalStore) (*server, error) {
 	mux.Handle("/mcp", bridge.Handler(nil))
 	s.http = &http.Server{Handler: mux}
 	return s, nil
+}
+
+// resultKey is the key stored responses are sealed with. The demo makes
+// one per run; a real service loads it from its secret store, with an id
+// that names it, so that it can be rotated.
+func resultKey() (middleware.ResultKey, error) {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return middleware.ResultKey{}, err
+	}
+	return middleware.ResultKey{ID: "demo", Key: k}, nil
 }
 
 // start serves on addr ("127.0.0.1:0" for any free port).

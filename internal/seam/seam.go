@@ -39,6 +39,10 @@ type Call struct {
 	// nil when it has none.
 	Marshal   func(any) ([]byte, error)
 	Unmarshal func([]byte) (any, error)
+	// MarshalError and UnmarshalError store and rebuild the framework's own
+	// errors; nil when the adapter's codec cannot.
+	MarshalError   func(error) ([]byte, error)
+	UnmarshalError func([]byte) (error, error)
 }
 
 // Input is a call's input as the engine binds it.

@@ -133,9 +133,27 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 // fresh one. For protobuf responses, the message's binary encoding (the
 // repeat is re-encoded with its own codec); for net/http, the status,
 // headers (less hop-by-hop ones and Date) and body.
+//
+// Marshal returns nil for a value without a response (a failed attempt of
+// an RPC). Unmarshal(nil) is asked for a replay without a body (a stored
+// response over the size limit, a reconciled result without one): the
+// value of an empty response (the empty message; net/http: 200, no body).
+// A codec that also implements [ErrorCodec] lets a handler's own
+// framework error be stored and replayed too.
 type Codec[T any] interface {
 	Marshal(T) ([]byte, error)
 	Unmarshal([]byte) (T, error)
+}
+
+// ErrorCodec is implemented by a [Codec] that stores the framework's own
+// errors (those [Call].Status recognizes): a handler's own answer that the
+// classifier does not retry is stored with MarshalError, and a repeat
+// fails with what UnmarshalError rebuilt, which the adapter writes as it
+// writes a fresh one ([HandlerError]). Without it such an answer is not
+// stored: a read's key is given back, a write's left in doubt.
+type ErrorCodec interface {
+	MarshalError(err error) ([]byte, error)
+	UnmarshalError(b []byte) (rebuilt error, err error)
 }
 
 func (c Call[T]) seam() seam.Call {
@@ -147,6 +165,9 @@ func (c Call[T]) seam() seam.Call {
 		codec := c.Codec
 		call.Marshal = func(v any) ([]byte, error) { t, _ := v.(T); return codec.Marshal(t) }
 		call.Unmarshal = func(b []byte) (any, error) { return codec.Unmarshal(b) }
+		if ec, ok := codec.(ErrorCodec); ok {
+			call.MarshalError, call.UnmarshalError = ec.MarshalError, ec.UnmarshalError
+		}
 	}
 	return call
 }

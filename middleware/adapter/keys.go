@@ -60,11 +60,34 @@ func (k KeyHosts) Allows(addr string) bool {
 	return slices.Contains(k.hosts, addr) || slices.Contains(k.hosts, host)
 }
 
-// Key returns the Idempotency-Key an outgoing call made with ctx to addr
-// should carry: [OutgoingKey] when addr is listed, else false.
+// Key returns the value of the Idempotency-Key an outgoing call made with
+// ctx to addr should carry: [OutgoingKey] as an RFC 9651 sf-string
+// ([QuoteKey]), as draft-ietf-httpapi-idempotency-key-header spells it,
+// when addr is listed; else false.
 func (k KeyHosts) Key(ctx context.Context, addr string) (string, bool) {
 	if !k.Allows(addr) {
 		return "", false
 	}
-	return OutgoingKey(ctx)
+	key, ok := OutgoingKey(ctx)
+	if !ok {
+		return "", false
+	}
+	return QuoteKey(key), true
+}
+
+// QuoteKey returns key as an RFC 9651 sf-string, the spelling of an
+// Idempotency-Key header: in double quotes, with " and \ escaped. The
+// engine reads a key in this spelling and as a bare token alike.
+func QuoteKey(key string) string {
+	var b strings.Builder
+	b.Grow(len(key) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(key[i])
+	}
+	b.WriteByte('"')
+	return b.String()
 }

@@ -128,7 +128,7 @@ func TestKeyHostsListWhereKeysMayGo(t *testing.T) {
 	}
 	run(t, func(ctx context.Context) {
 		x, _ := middleware.ExecutionFromContext(ctx)
-		if key, ok := k.Key(ctx, "payments.internal:443"); !ok || key != x.IdempotencyKey {
+		if key, ok := k.Key(ctx, "payments.internal:443"); !ok || key != `"`+x.IdempotencyKey+`"` {
 			t.Errorf("Key to a listed host = %q, %t", key, ok)
 		}
 		if _, ok := k.Key(ctx, "evil.example"); ok {
@@ -166,5 +166,17 @@ func run(t *testing.T, fn func(ctx context.Context)) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestQuoteKeyIsAnSFString(t *testing.T) {
+	for key, want := range map[string]string{
+		"idk_0123":   `"idk_0123"`,
+		`a"b\c`:      `"a\"b\\c"`,
+		"with space": `"with space"`,
+	} {
+		if got := adapter.QuoteKey(key); got != want {
+			t.Errorf("QuoteKey(%q) = %s, want %s", key, got, want)
+		}
 	}
 }

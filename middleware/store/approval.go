@@ -3,10 +3,11 @@
 // their sentinel errors. It is a leaf — it imports nothing of the engine —
 // so that a store implementation links only this package, as a database
 // driver links only database/sql/driver. Applications use stores through
-// package middleware (WithApprovalStore, Engine.Decide, Get, List);
-// implementations are in approvalstore (memory, Redis) and agentsafepg,
-// and package conformance checks any implementation against the contract
-// written here.
+// package middleware (WithApprovalStore, Engine.Decide, Get, List;
+// WithResultStore); implementations are in approvalstore and resultstore
+// (memory, Redis) and agentsafepg, and package conformance checks any
+// implementation against the contract written here (RunStore,
+// RunResultStore).
 package store
 
 import (

@@ -1,0 +1,80 @@
+package nethttpadapter
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/agentsafe/agentsafe/internal/replay"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+)
+
+// callerKey is the caller's Idempotency-Key header, every value of it:
+// more than one is malformed, which the engine reports.
+func callerKey(r *http.Request) string {
+	return strings.Join(r.Header.Values(adapter.HeaderIdempotencyKey), ", ")
+}
+
+// replayCodec stores a finalized attempt's response, for a repeat with
+// the caller's key: its status, the headers it sent less hop-by-hop ones,
+// Date and the envelope's, and its body (trailers are not stored). A
+// replay is written as a fresh response is, with the stored execution's
+// envelope.
+type replayCodec struct{}
+
+func (replayCodec) Marshal(a *attemptWriter) ([]byte, error) {
+	if a == nil {
+		return nil, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sent, status := a.sent, a.status
+	if status == 0 { // the handler wrote nothing: an implicit 200
+		sent, status = a.header, http.StatusOK
+	}
+	h := make(http.Header, len(sent))
+	for k, v := range sent {
+		if !strings.HasPrefix(k, http.TrailerPrefix) {
+			h[k] = v
+		}
+	}
+	adapter.DelHeaders(h)
+	return replay.EncodeHTTP(status, h, a.body), nil
+}
+
+// Unmarshal rebuilds a sealed attempt writer; nil is an empty 200.
+func (replayCodec) Unmarshal(b []byte) (*attemptWriter, error) {
+	a := &attemptWriter{header: http.Header{}, status: http.StatusOK, sealed: true}
+	if b == nil {
+		a.sent = a.header
+		return a, nil
+	}
+	status, h, body, err := replay.DecodeHTTP(b)
+	if err != nil {
+		return nil, err
+	}
+	a.header, a.sent, a.status = h, h, status
+	if len(body) > 0 {
+		a.body = body
+	}
+	return a, nil
+}
+
+// MarshalError stores a handler's failing status; its response is the
+// attempt's, stored by Marshal.
+func (replayCodec) MarshalError(err error) ([]byte, error) {
+	se, ok := errors.AsType[*StatusError](err)
+	if !ok {
+		return nil, errors.New("nethttpadapter: not a StatusError")
+	}
+	return strconv.AppendInt(nil, int64(se.Status), 10), nil
+}
+
+func (replayCodec) UnmarshalError(b []byte) (error, error) {
+	status, err := strconv.Atoi(string(b))
+	if err != nil {
+		return nil, err
+	}
+	return &StatusError{Status: status}, nil
+}

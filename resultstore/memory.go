@@ -1,0 +1,168 @@
+package resultstore
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
+)
+
+// Memory keeps results in one process: for one instance, and for tests. A
+// process that restarts forgets them (a repeat then runs again), and two
+// processes never see each other's: use [Redis] for more than one
+// instance.
+type Memory struct {
+	cfg config
+
+	mu        sync.Mutex
+	records   map[string]*store.ResultRecord
+	lastSweep time.Time
+}
+
+var _ store.ResultStore = (*Memory)(nil)
+
+// NewMemory returns an empty in-memory store.
+func NewMemory(opts ...MemoryOption) *Memory {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyMemory(&cfg)
+		}
+	}
+	return &Memory{cfg: cfg, records: make(map[string]*store.ResultRecord)}
+}
+
+// Claim implements [store.ResultStore]: the checks and the write happen
+// under one lock.
+func (m *Memory) Claim(_ context.Context, req store.ClaimRequest) (store.Claim, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.now()
+	m.sweep(now)
+	r, ok := m.records[req.Key]
+	var v store.ResultRecord
+	if ok {
+		v, ok = view(r, now)
+	}
+	if !ok {
+		m.records[req.Key] = claimed(req, now)
+		return store.Claim{Status: store.ClaimAcquired}, nil
+	}
+	if v.Digest != req.Digest {
+		return store.Claim{Status: store.ClaimKeyReused}, nil
+	}
+	switch v.State {
+	case store.ResultDone:
+		return store.Claim{Status: store.ClaimDone, ExecutionID: v.ExecutionID, Result: cloneResult(v.Result)}, nil
+	case store.ResultInDoubt:
+		if !req.Reconcile {
+			return store.Claim{Status: store.ClaimInDoubt, ExecutionID: v.ExecutionID}, nil
+		}
+		c := claimed(req, now)
+		c.ReconcileOf = v.ExecutionID
+		m.records[req.Key] = c
+		return store.Claim{Status: store.ClaimReconcile, ExecutionID: v.ExecutionID}, nil
+	}
+	switch {
+	case v.ExecutionID != req.ExecutionID:
+		return store.Claim{Status: store.ClaimInFlight, ExecutionID: v.ExecutionID}, nil
+	case v.ReconcileOf != "":
+		return store.Claim{Status: store.ClaimReconcile, ExecutionID: v.ReconcileOf}, nil
+	}
+	return store.Claim{Status: store.ClaimAcquired}, nil
+}
+
+// held returns the record of key held by executionID, as of now.
+func (m *Memory) held(key, executionID string, now time.Time) (*store.ResultRecord, store.ResultRecord, bool) {
+	r, ok := m.records[key]
+	if !ok {
+		return nil, store.ResultRecord{}, false
+	}
+	v, ok := view(r, now)
+	if !ok || v.ExecutionID != executionID {
+		return nil, store.ResultRecord{}, false
+	}
+	return r, v, true
+}
+
+// Complete implements [store.ResultStore].
+func (m *Memory) Complete(_ context.Context, key, executionID string, res store.Result) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.now()
+	r, v, ok := m.held(key, executionID, now)
+	switch {
+	case !ok:
+		return store.ErrNotHeld
+	case v.State == store.ResultDone:
+		return nil
+	}
+	settle(r, store.ResultDone, now)
+	r.Result = cloneResult(res)
+	return nil
+}
+
+// Release implements [store.ResultStore].
+func (m *Memory) Release(_ context.Context, key, executionID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, v, ok := m.held(key, executionID, m.cfg.now()); ok && v.State != store.ResultDone {
+		delete(m.records, key)
+	}
+	return nil
+}
+
+// MarkInDoubt implements [store.ResultStore].
+func (m *Memory) MarkInDoubt(_ context.Context, key, executionID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.now()
+	r, _, ok := m.held(key, executionID, now)
+	switch {
+	case !ok:
+		return store.ErrNotHeld
+	case r.State == store.ResultInFlight: // its lease over or not
+		settle(r, store.ResultInDoubt, now)
+	}
+	return nil
+}
+
+// Get implements [store.ResultStore].
+func (m *Memory) Get(_ context.Context, key string) (store.ResultRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.records[key]
+	if !ok {
+		return store.ResultRecord{}, store.ErrResultNotFound
+	}
+	v, ok := view(r, m.cfg.now())
+	if !ok {
+		return store.ResultRecord{}, store.ErrResultNotFound
+	}
+	v.Result = cloneResult(v.Result)
+	return v, nil
+}
+
+// sweep forgets records that are gone, at most once a minute.
+func (m *Memory) sweep(now time.Time) {
+	if now.Sub(m.lastSweep) < time.Minute {
+		return
+	}
+	m.lastSweep = now
+	for k, r := range m.records {
+		if _, ok := view(r, now); !ok {
+			delete(m.records, k)
+		}
+	}
+}
+
+func cloneResult(r store.Result) store.Result {
+	r.Envelope, r.Sealed = slices.Clone(r.Envelope), slices.Clone(r.Sealed)
+	return r
+}
+
+// ProcessLocal reports that the memory store keeps results in this
+// process only; the engine warns about it at start-up.
+func (*Memory) ProcessLocal() bool { return true }
