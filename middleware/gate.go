@@ -97,6 +97,7 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reason string
 		SideEffect:  c.SideEffect.String(),
 		Risk:        c.Risk.String(),
 		ExpiresIn:   c.expiresIn,
+		Payload:     x.mark().Payload,
 	})
 	if err != nil {
 		return x.storeError(err)

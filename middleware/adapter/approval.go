@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // ApprovalMark is what an in-process caller asks of the approval gate for
@@ -22,6 +23,10 @@ type ApprovalMark struct {
 	// the wait at once; one made by another instance sharing the store is
 	// seen within a second. Zero (the default) does not wait.
 	Wait time.Duration
+	// Payload is kept with an approval record the call requests, opaque to
+	// the store: Get returns it, List never does (the MCP bridge keeps
+	// there the call's arguments, sealed, to resume it by id).
+	Payload []byte
 }
 
 // WithApprovalMark marks the call of procedure made with ctx, in process:
@@ -31,5 +36,22 @@ type ApprovalMark struct {
 // through a header a remote caller could send. Calls of other procedures
 // made with ctx, the handler's own calls among them, ignore the mark.
 func WithApprovalMark(ctx context.Context, procedure string, m ApprovalMark) context.Context {
-	return context.WithValue(ctx, seam.ApprovalMarkKey{}, seam.ApprovalMark{Procedure: procedure, Wait: m.Wait})
+	return context.WithValue(ctx, seam.ApprovalMarkKey{}, seam.ApprovalMark{Procedure: procedure, Wait: m.Wait, Payload: m.Payload})
+}
+
+// Seal seals plain under eng's result key (middleware.WithResultKey;
+// AES-GCM with a random nonce, the key's id kept with the bytes so keys
+// rotate), bound to context: bytes sealed for one context never open for
+// another. It fails on an engine without a result key. A bridge keeps
+// with it what it must get back unchanged and unread from an untrusted
+// party (the MCP bridge's request state).
+func Seal(eng *middleware.Engine, plain []byte, context string) ([]byte, error) {
+	return seam.Seal(eng, plain, context)
+}
+
+// Open opens what [Seal] sealed for the same context under any of eng's
+// result keys, current or previous; tampered bytes, or bytes sealed for
+// another context or under a key eng does not have, fail.
+func Open(eng *middleware.Engine, sealed []byte, context string) ([]byte, error) {
+	return seam.Open(eng, sealed, context)
 }
