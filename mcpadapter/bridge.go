@@ -21,8 +21,14 @@ import (
 // [Bridge.AddTools], or use [Bridge.NewServer] or [Bridge.Handler]. It is
 // safe for concurrent use.
 type Bridge struct {
-	cfg   config
-	types interface {
+	cfg config
+	eng *middleware.Engine
+	// resumable: the engine can seal (it has a result key), so calls keep
+	// their arguments with the approvals they request, and the
+	// approvals_resume tool is listed.
+	resumable bool
+	byProc    map[string]*tool
+	types     interface {
 		protoregistry.ExtensionTypeResolver
 		protoregistry.MessageTypeResolver
 	}
@@ -70,7 +76,10 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 	if len(services) == 0 {
 		return nil, errors.New("mcpadapter: New needs at least one service")
 	}
-	b := &Bridge{cfg: defaultConfig()}
+	b := &Bridge{cfg: defaultConfig(), eng: eng, byProc: map[string]*tool{}}
+	if _, err := adapter.Seal(eng, nil, "probe"); err == nil {
+		b.resumable = true
+	}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&b.cfg)
@@ -108,7 +117,12 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 				}
 				continue
 			}
+			if t.def.Name == resumeTool && b.resumable {
+				problems = append(problems, fmt.Errorf("mcpadapter: %s is listed as tool %q, the name of the bridge's own tool; give it another tool_name", proc, resumeTool))
+				continue
+			}
 			byName[t.def.Name] = t
+			b.byProc[proc] = t
 			b.tools = append(b.tools, t)
 		}
 	}
@@ -194,6 +208,9 @@ func (b *Bridge) newTool(httpClient *http.Client, proc string, md protoreflect.M
 func (b *Bridge) AddTools(s *mcp.Server) {
 	for _, t := range b.tools {
 		s.AddTool(t.def, t.call)
+	}
+	if b.resumable {
+		s.AddTool(resumeToolDef(), b.resume)
 	}
 }
 
