@@ -45,6 +45,18 @@ func browser(t *testing.T) context.Context {
 	return tabCtx
 }
 
+// multiRoundTrip serves f's bridge statelessly, as multi-round-trip
+// clients (2026-07-28, the go-sdk's default) are served: they receive the
+// input-required result themselves. Sessions of 2025-11-25 keep the
+// stateful server, which elicits for them.
+func (f *flow) multiRoundTrip(t *testing.T, protocol string) {
+	if protocol != "" && protocol < "2026-07-28" {
+		return
+	}
+	f.srv = httptest.NewServer(f.bridge.Handler(&mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(f.srv.Close)
+}
+
 // flow is a bridge over HTTP whose engine links approvals to a console,
 // served too, and seals with a result key.
 type flow struct {
@@ -135,6 +147,7 @@ func TestApprovalByURLElicitationInTheBrowser(t *testing.T) {
 		t.Run("protocol "+cmpOr(protocol, "default"), func(t *testing.T) {
 			ctx := browser(t)
 			f := newFlow(t)
+			f.multiRoundTrip(t, protocol)
 			asked, completed := make(chan *mcp.ElicitParams, 4), make(chan string, 4)
 			cs := f.client(t, agent.ID, protocol, elicitingClient("accept", asked, completed))
 			type outcome struct {
@@ -181,6 +194,9 @@ func TestApprovalByURLElicitationInTheBrowser(t *testing.T) {
 			if len(asked) != 0 {
 				t.Errorf("the client was asked again: %+v", <-asked)
 			}
+			if got := cs.InitializeResult().ProtocolVersion; protocol != "" && got != protocol || protocol == "" && got < "2026-07-28" {
+				t.Errorf("the session speaks protocol %s", got)
+			}
 			if protocol == "2025-11-25" {
 				if got := receive(t, completed, "notifications/elicitation/complete"); got != id {
 					t.Errorf("elicitation completed for %q, want %q", got, id)
@@ -202,5 +218,185 @@ func signIn(url, session string) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
 		_, err := cdp.Call(ctx, t, network.SetCookie, network.SetCookieParams{Name: "session", Value: session, URL: url})
 		return chromedp.Void{}, err
+	}
+}
+
+// manualClient supports URL-mode elicitation but handles input-required
+// results itself, so a test can answer them as a hostile client would.
+var manualClient = &mcp.ClientOptions{
+	Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+	MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+}
+
+// answerRound sends the round that answers an elicitation: the tool, args,
+// the request state and the client's accept.
+func answerRound(t *testing.T, cs *mcp.ClientSession, args map[string]any, state, id string) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound) // far below WithApprovalWait: a refusal never waits
+	defer cancel()
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "gated", Arguments: args, RequestState: state,
+		InputResponses: mcp.InputResponseMap{id: &mcp.ElicitResult{Action: "accept"}}})
+	if err != nil {
+		t.Fatalf("the answering round: %v", err)
+	}
+	return r
+}
+
+func codeOfResult(r *mcp.CallToolResult) middleware.Code {
+	env, ok := mcpadapter.ReadEnvelope(r)
+	if texts := text(r); !ok && len(texts) > 0 {
+		_ = env.UnmarshalJSON([]byte(texts[0])) // a refusal before the engine ran: its envelope as text
+	}
+	if env.Error == nil {
+		if r.IsError {
+			return middleware.CodeExecutionFailed
+		}
+		return middleware.CodeOK
+	}
+	return env.Error.Code
+}
+
+// TestApprovalElicitationHostileAnswers: the answering round re-checks
+// everything before it waits: another actor presenting the request state,
+// a changed input, tampered state, another approval's id are refused at
+// once (well within a wait of 60 s), and nothing runs; a repeat of the
+// request is not asked again; once approved, the answer runs the call once.
+func TestApprovalElicitationHostileAnswers(t *testing.T) {
+	f := newFlow(t)
+	f.multiRoundTrip(t, "2026-07-28")
+	victim := f.client(t, agent.ID, "2026-07-28", manualClient)
+	args := map[string]any{"id": "refund-1", "amount": 12000}
+	first := callTool(t, victim, "gated", args)
+	if len(first.InputRequests) != 1 || first.RequestState == "" {
+		t.Fatalf("the first call must ask for a decision: %+v", first)
+	}
+	var id string
+	for k, ir := range first.InputRequests {
+		p, ok := ir.(*mcp.ElicitParams)
+		if !ok || p.Mode != "url" || p.ElicitationID != k || p.URL != f.link(k) {
+			t.Fatalf("input request %q: %+v", k, ir)
+		}
+		id = k
+	}
+	if strings.Contains(first.RequestState, id) || strings.Contains(first.RequestState, "refund-1") {
+		t.Errorf("the request state must be sealed: %q", first.RequestState)
+	}
+
+	attacker := f.client(t, "agent-9", "2026-07-28", manualClient)
+	changed := map[string]any{"id": "refund-1", "amount": 99999}
+	tampered := []byte(first.RequestState)
+	tampered[len(tampered)/2] ^= 1
+	other := map[string]any{"id": "refund-1", "amount": 12000, "_approval_id": "apr_00000000000000000000000000000000"}
+	for _, c := range []struct {
+		name string
+		cs   *mcp.ClientSession
+		args map[string]any
+		st   string
+		want middleware.Code
+	}{
+		{"another actor presents the state", attacker, args, first.RequestState, middleware.CodeApprovalNotFound},
+		{"a changed input", victim, changed, first.RequestState, middleware.CodeApprovalInputMismatch},
+		{"tampered request state", victim, args, string(tampered), middleware.CodeInvalidArgument},
+		{"another approval's id beside the state", victim, other, first.RequestState, middleware.CodeInvalidArgument},
+	} {
+		r := answerRound(t, c.cs, c.args, c.st, id)
+		if got := codeOfResult(r); got != c.want || len(r.InputRequests) != 0 {
+			t.Errorf("%s: %s (input requests %d), want %s", c.name, got, len(r.InputRequests), c.want)
+		}
+	}
+	if n := len(f.svc.executions()); n != 0 {
+		t.Fatalf("hostile answers ran the handler %d times", n)
+	}
+	if again := callTool(t, victim, "gated", args); len(again.InputRequests) != 0 || codeOfResult(again) != middleware.CodeApprovalRequired {
+		t.Errorf("a repeat of a pending request must get the URL result, never a second elicitation: %+v", again)
+	}
+
+	if _, err := f.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: manager}); err != nil {
+		t.Fatal(err)
+	}
+	if r := answerRound(t, victim, args, first.RequestState, id); codeOfResult(r) != middleware.CodeOK {
+		t.Fatalf("the owner's answer once approved: %+v", r)
+	}
+	if r := answerRound(t, victim, args, first.RequestState, id); codeOfResult(r) != middleware.CodeApprovalConsumed {
+		t.Errorf("answering again: %s, want APPROVAL_CONSUMED", codeOfResult(r))
+	}
+	if n := len(f.svc.executions()); n != 1 {
+		t.Fatalf("the handler ran %d times, want once", n)
+	}
+}
+
+// TestApprovalElicitationAnsweredWithoutDecision: the client's accept is
+// not the approval: with nobody deciding, the answering round waits out
+// WithApprovalWait and gives the URL result; the client is asked once and
+// nothing runs.
+func TestApprovalElicitationAnsweredWithoutDecision(t *testing.T) {
+	for _, protocol := range []string{"", "2025-11-25"} {
+		t.Run("protocol "+cmpOr(protocol, "default"), func(t *testing.T) {
+			f := newFlow(t, mcpadapter.WithApprovalWait(200*time.Millisecond))
+			f.multiRoundTrip(t, protocol)
+			asked, completed := make(chan *mcp.ElicitParams, 4), make(chan string, 4)
+			cs := f.client(t, agent.ID, protocol, elicitingClient("accept", asked, completed))
+			r := callTool(t, cs, "gated", map[string]any{"id": "refund-1", "amount": 12000})
+			if code := codeOfResult(r); code != middleware.CodeApprovalPending || len(r.InputRequests) != 0 {
+				t.Fatalf("an accept without a decision: %s, %d input requests; want the URL result (APPROVAL_PENDING)", code, len(r.InputRequests))
+			}
+			env, _ := mcpadapter.ReadEnvelope(r)
+			if m, ok := awaitingMeta(r); !ok || m["approvalUrl"] != f.link(env.ApprovalID) {
+				t.Errorf("the URL result must carry the deep link: %v", r.Meta)
+			}
+			if len(asked) != 1 || len(completed) != 0 {
+				t.Errorf("asked %d times and completed %d times, want asked once, never completed", len(asked), len(completed))
+			}
+			if n := len(f.svc.executions()); n != 0 {
+				t.Fatalf("the handler ran %d times without a decision", n)
+			}
+		})
+	}
+}
+
+// TestApprovalsResumeWithoutElicitation: a client without elicitation gets
+// the URL result; once approved, approvals_resume runs the call from the
+// arguments kept sealed with the record, as the same actor, once. Another
+// actor's resume of the id is not found, and runs nothing.
+func TestApprovalsResumeWithoutElicitation(t *testing.T) {
+	f := newFlow(t)
+	cs := f.client(t, agent.ID, "", nil)
+	r := callTool(t, cs, "gated", map[string]any{"id": "refund-1", "amount": 12000})
+	env, _ := mcpadapter.ReadEnvelope(r)
+	if codeOfResult(r) != middleware.CodeApprovalRequired || len(r.InputRequests) != 0 {
+		t.Fatalf("a client without elicitation: %+v", r)
+	}
+	id := env.ApprovalID
+	if m, ok := awaitingMeta(r); !ok || m["approvalUrl"] != f.link(id) {
+		t.Errorf("the URL result: %v", r.Meta)
+	}
+	if rec, _ := f.eng.Get(t.Context(), id); len(rec.Payload) == 0 || strings.Contains(string(rec.Payload), "refund-1") {
+		t.Errorf("the record must keep the arguments, sealed: %q", rec.Payload)
+	}
+	if _, err := f.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: manager}); err != nil {
+		t.Fatal(err)
+	}
+	attacker := f.client(t, "agent-9", "", nil)
+	for _, c := range []struct {
+		name string
+		cs   *mcp.ClientSession
+		id   string
+	}{{"another actor", attacker, id}, {"an unknown id", cs, "apr_00000000000000000000000000000000"}} {
+		if got := codeOfResult(callTool(t, c.cs, "approvals_resume", map[string]any{"approval_id": c.id})); got != middleware.CodeApprovalNotFound {
+			t.Errorf("%s: %s, want APPROVAL_NOT_FOUND", c.name, got)
+		}
+	}
+	if n := len(f.svc.executions()); n != 0 {
+		t.Fatalf("refused resumes ran the handler %d times", n)
+	}
+	done := callTool(t, cs, "approvals_resume", map[string]any{"approval_id": id})
+	if codeOfResult(done) != middleware.CodeOK || structured(t, done)["id"] != "refund-1" {
+		t.Fatalf("the owner's approvals_resume: %+v", done)
+	}
+	if got := codeOfResult(callTool(t, cs, "approvals_resume", map[string]any{"approval_id": id})); got != middleware.CodeApprovalConsumed {
+		t.Errorf("a second approvals_resume: %s, want APPROVAL_CONSUMED", got)
+	}
+	if runs := f.svc.executions(); len(runs) != 1 || runs[0].Actor.ID != agent.ID {
+		t.Fatalf("the handler ran %d times (%+v), want once as %s", len(runs), runs, agent.ID)
 	}
 }
