@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
@@ -108,8 +109,16 @@ func checkStory(t *testing.T, r report) {
 		t.Errorf("cancel: %+v / %+v", r.AskCancel, r.CancelRejected)
 	}
 	// 8. MCP: every governed procedure is a tool; a tool call is governed.
-	if len(r.MCPTools) != 5 || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
+	if len(r.MCPTools) != 6 || !slices.Contains(r.MCPTools, "approvals_resume") || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
 		t.Errorf("mcp: tools %v, read %+v", r.MCPTools, r.MCPRead)
+	}
+	// ...a large refund over MCP links to its approval in the console, and
+	// approvals_resume runs it once.
+	if r.MCPAsk.Code != middleware.CodeApprovalRequired || !strings.HasSuffix(r.MCPLink, "/console/approvals/"+r.MCPAsk.ApprovalID) || len(r.MCPAsk.Runs) != 0 {
+		t.Errorf("mcp approval: %+v, link %q", r.MCPAsk, r.MCPLink)
+	}
+	if r.MCPResume.Code != middleware.CodeOK || len(r.MCPResume.Runs) != 1 || r.MCPResume.ApprovalID != r.MCPAsk.ApprovalID {
+		t.Errorf("mcp approvals_resume: %+v", r.MCPResume)
 	}
 }
 
