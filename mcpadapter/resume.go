@@ -27,7 +27,9 @@ func resumeToolDef() *mcp.Tool {
 			Required: []string{"approval_id"},
 			Properties: map[string]*jsonschema.Schema{
 				"approval_id": {Type: "string", Description: "The approval id the call's result gave."},
+				keyArgument:   {Type: "string", Description: keyArgumentDoc, MinLength: new(1), MaxLength: new(maxKeyArgument)},
 			},
+			PropertyOrder: []string{"approval_id", keyArgument},
 		},
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
 	}
@@ -44,19 +46,28 @@ const errNotResumable = "no approval with this id can be resumed here"
 // key for its procedure) and calls the procedure again with them and the
 // approval id, as the caller of this tool. The engine then does what it
 // does for every resume: it digests the arguments again and consumes the
-// approval only for the same whole actor, procedure and input, once.
+// approval only for the same whole actor, procedure and input, once. A
+// caller's _idempotency_key makes a repeat after a lost reply a replay.
 func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var in struct {
-		ApprovalID string `json:"approval_id"`
+		ApprovalID string  `json:"approval_id"`
+		Key        *string `json:"_idempotency_key"`
 	}
 	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.ApprovalID == "" {
 		return refusal(middleware.CodeInvalidArgument, `send {"approval_id": "apr_..."}`), nil
+	}
+	key := ""
+	if in.Key != nil {
+		if err := checkKey(*in.Key); err != nil {
+			return refusal(middleware.CodeInvalidArgument, "invalid arguments: "+err.Error()), nil
+		}
+		key = *in.Key
 	}
 	rec, err := b.eng.Get(ctx, in.ApprovalID)
 	if err == nil && len(rec.Payload) > 0 {
 		if t := b.byProc[rec.Procedure]; t != nil {
 			if args, err := adapter.Open(b.eng, rec.Payload, argumentsContext+rec.Procedure); err == nil {
-				res, err, refused := t.invoke(ctx, req, args, in.ApprovalID, "", adapter.ApprovalMark{})
+				res, err, refused := t.invoke(ctx, req, args, in.ApprovalID, key, adapter.ApprovalMark{})
 				if refused != nil {
 					return refused, nil
 				}
