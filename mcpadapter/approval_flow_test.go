@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalconsole"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
@@ -68,14 +69,20 @@ type flow struct {
 
 func newFlow(t *testing.T, bridgeOpts ...mcpadapter.Option) *flow {
 	t.Helper()
+	return newFlowOn(t, approvalstore.NewMemory(), nil, bridgeOpts...)
+}
+
+// newFlowOn is newFlow on approvals, with more engine options.
+func newFlowOn(t *testing.T, approvals store.ApprovalStore, engineOpts []middleware.Option, bridgeOpts ...mcpadapter.Option) *flow {
+	t.Helper()
 	f := &flow{}
 	mux := http.NewServeMux()
 	f.console = httptest.NewServer(mux)
 	t.Cleanup(f.console.Close)
 	f.link = approvalconsole.Link(f.console.URL + "/console")
 	f.fixture = newFixture(t, fixtureConfig{
-		engineOpts: []middleware.Option{middleware.WithApprovalURL(f.link),
-			middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: []byte("0123456789abcdef0123456789abcdef")})},
+		engineOpts: append([]middleware.Option{middleware.WithApprovalURL(f.link), middleware.WithApprovalStore(approvals),
+			middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: []byte("0123456789abcdef0123456789abcdef")})}, engineOpts...),
 		bridgeOpts: bridgeOpts,
 	})
 	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(f.eng, func(r *http.Request) (middleware.Actor, error) {
@@ -398,5 +405,81 @@ func TestApprovalsResumeWithoutElicitation(t *testing.T) {
 	}
 	if runs := f.svc.executions(); len(runs) != 1 || runs[0].Actor.ID != agent.ID {
 		t.Fatalf("the handler ran %d times (%+v), want once as %s", len(runs), runs, agent.ID)
+	}
+}
+
+// endings reports the final events of executions after the first one (a
+// gated first call ends in capability.failed, APPROVAL_REQUIRED).
+type endings chan middleware.Event
+
+func (c endings) HandleEvent(_ context.Context, e middleware.Event) {
+	if e.Type.Final() && e.Code != middleware.CodeApprovalRequired {
+		c <- e
+	}
+}
+
+// gets reports each Get of the approval store on a channel, once armed:
+// the answering round reads the pending record just before it waits.
+type gets struct {
+	store.ApprovalStore
+	armed chan chan struct{}
+}
+
+func (g *gets) Get(ctx context.Context, id string) (store.ApprovalRecord, error) {
+	select {
+	case ch := <-g.armed:
+		defer close(ch)
+	default:
+	}
+	return g.ApprovalStore.Get(ctx, id)
+}
+
+// TestApprovalElicitationCancelledWhileWaiting: the client cancelling the
+// answering round while it waits for the decision runs nothing and spends
+// nothing: approved afterwards, the approval still runs the call, once.
+func TestApprovalElicitationCancelledWhileWaiting(t *testing.T) {
+	g := &gets{ApprovalStore: approvalstore.NewMemory(), armed: make(chan chan struct{}, 1)}
+	ended := endings(make(chan middleware.Event, 8))
+	f := newFlowOn(t, g, []middleware.Option{middleware.WithEventSink(ended)})
+	f.multiRoundTrip(t, "2026-07-28")
+	cs := f.client(t, agent.ID, "2026-07-28", manualClient)
+	args := map[string]any{"id": "refund-1", "amount": 12000}
+	first := callTool(t, cs, "gated", args)
+	if len(first.InputRequests) != 1 {
+		t.Fatalf("the first call must ask for a decision: %+v", first)
+	}
+	var id string
+	for k := range first.InputRequests {
+		id = k
+	}
+	waiting := make(chan struct{})
+	g.armed <- waiting
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "gated", Arguments: args, RequestState: first.RequestState,
+			InputResponses: mcp.InputResponseMap{id: &mcp.ElicitResult{Action: "accept"}}})
+		done <- err
+	}()
+	receive(t, waiting, "the answering round reading the pending approval")
+	cancel()
+	if err := receive(t, done, "the cancelled call's end"); err == nil {
+		t.Fatal("the cancelled answering round returned a result")
+	}
+	// The client has left; the server's round ends when it learns so.
+	if e := receive(t, ended, "the answering round's end"); e.Type != middleware.EventCancelled || e.Attempts != 0 {
+		t.Fatalf("the cancelled answering round ended with %s after %d attempts, want capability.cancelled before any", e.Type, e.Attempts)
+	}
+	if rec, err := f.eng.Get(t.Context(), id); err != nil || rec.Status != store.ApprovalPending {
+		t.Fatalf("after the cancellation the approval is %v (%v), want still pending", rec.Status, err)
+	}
+	if _, err := f.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: manager}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.svc.executions()); n != 0 {
+		t.Fatalf("the cancelled round ran the handler %d times", n)
+	}
+	if r := answerRound(t, cs, args, first.RequestState, id); codeOfResult(r) != middleware.CodeOK || len(f.svc.executions()) != 1 {
+		t.Fatalf("answering again once approved: %s, %d runs; want it to run once", codeOfResult(r), len(f.svc.executions()))
 	}
 }

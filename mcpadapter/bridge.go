@@ -231,7 +231,16 @@ func (b *Bridge) NewServer(impl *mcp.Implementation, opts *mcp.ServerOptions) *m
 // application's HTTP authentication in front of it: the default of
 // [WithHeaders] forwards the Authorization header of each MCP request to
 // the procedures.
+//
+// The handler always sets PropagateRequestCancellation: a client that
+// abandons a request (2026-07-28 and later) cancels the tool call, so a call
+// waiting for an approval's decision ends with nothing run or consumed.
 func (b *Bridge) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
 	s := b.NewServer(nil, nil)
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
+	o := mcp.StreamableHTTPOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	o.PropagateRequestCancellation = true
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &o)
 }
