@@ -1,6 +1,7 @@
 package approvalconsole_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -95,8 +96,15 @@ func TestApproveThroughTheAPIThenTheAgentResumesOnce(t *testing.T) {
 	if rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called" {
 		t.Fatalf("record after approving: %+v", rec)
 	}
-	if evs := e.rec.Events(); evs[len(evs)-1].Type != middleware.EventApproved || evs[len(evs)-1].Duration != 2*time.Minute {
-		t.Errorf("the decision went around the engine: last event %+v", evs[len(evs)-1])
+	// Sinks are delivered asynchronously: wait for the requesting
+	// execution's trail to end in the decision.
+	wait, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	evs, err := e.rec.Wait(wait, rec.RequestedBy, func(evs []middleware.Event) bool {
+		return len(evs) > 0 && evs[len(evs)-1].Type == middleware.EventApproved
+	})
+	if err != nil || evs[len(evs)-1].Duration != 2*time.Minute {
+		t.Errorf("the decision went around the engine: %v, trail %+v", err, evs)
 	}
 
 	if _, err := e.call(agent, "42", id); err != nil {
