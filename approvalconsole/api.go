@@ -35,10 +35,16 @@ type Approval struct {
 	// SelfRequested says the approver asking made the request or is in its
 	// OnBehalfOf chain: the store refuses their decision (unless it allows
 	// self-approval), and the page says so up front.
-	SelfRequested bool       `json:"selfRequested"`
-	Approver      *Person    `json:"approver,omitempty"`
-	Comment       string     `json:"comment,omitempty"`
-	Decided       *time.Time `json:"decidedAt,omitempty"`
+	SelfRequested bool `json:"selfRequested"`
+	// Quorum is how many distinct approvers must approve (1 unless the
+	// capability asks for more).
+	Quorum int `json:"quorum"`
+	// Votes are the votes counted so far, oldest first: the approvals, and
+	// the rejection that ended the record, if any.
+	Votes    []VoteView `json:"votes"`
+	Approver *Person    `json:"approver,omitempty"`
+	Comment  string     `json:"comment,omitempty"`
+	Decided  *time.Time `json:"decidedAt,omitempty"`
 }
 
 // Person is an actor as the API shows it.
@@ -47,6 +53,14 @@ type Person struct {
 	Tenant     string   `json:"tenant,omitempty"`
 	Kind       string   `json:"kind,omitempty"`
 	OnBehalfOf []string `json:"onBehalfOf,omitempty"`
+}
+
+// VoteView is one approver's vote as the API shows it.
+type VoteView struct {
+	Approver Person    `json:"approver"`
+	Approve  bool      `json:"approve"`
+	Comment  string    `json:"comment,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 func person(a middleware.Actor) Person {
@@ -97,9 +111,13 @@ func (c *console) approval(rec store.ApprovalRecord, approver middleware.Actor) 
 		Reasons: rec.Reasons, View: c.view(rec), Effect: rec.SideEffect, Risk: rec.Risk,
 		Status: rec.Status.String(), Requested: rec.RequestedAt, Expires: rec.ExpiresAt,
 		SelfRequested: errors.Is(store.CheckApprover(rec.Requester, approver, false), store.ErrSelfApproval),
+		Quorum:        max(rec.Quorum, 1), Votes: make([]VoteView, 0, len(rec.Votes)),
 	}
 	if a.Reasons == nil {
 		a.Reasons = []string{}
+	}
+	for _, v := range rec.Votes {
+		a.Votes = append(a.Votes, VoteView{Approver: person(v.Approver), Approve: v.Approve, Comment: v.Comment, At: v.At})
 	}
 	if !rec.DecidedAt.IsZero() {
 		p, at := person(rec.Approver), rec.DecidedAt

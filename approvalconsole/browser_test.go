@@ -399,3 +399,62 @@ func TestBrowserShowsServerTextAsTextNeverHTML(t *testing.T) {
 		t.Fatalf("markup from the server became an element (%v)", err)
 	}
 }
+
+// TestBrowserDeepLinkShowsVotesAndDecides: the deep link an envelope
+// carries opens that one approval, with the votes so far; the approver's
+// vote completes the quorum there, and only then may the agent resume.
+func TestBrowserDeepLinkShowsVotesAndDecides(t *testing.T) {
+	ctx := browser(t)
+	e := newEnvQuorum(t, "", nil, 2)
+	id := e.requested(agent, "42")
+	if _, err := e.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: carol, Comment: "checked the order"}); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize)))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	card := `.approval[data-id="` + id + `"]`
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(approvalconsole.Link(srv.URL+"/console")(id)),
+		chromedp.WaitVisible(chromedp.CSS(card+" .votes li")),
+	)
+	if err != nil {
+		t.Fatalf("the deep link did not show the approval: %v", err)
+	}
+	page, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Signed in as bob", procRefund, "refund order 42: 120 EUR (card ••••)", "1 of 2 approvals", "approved by carol: checked the order"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the approval's page does not show %q:\n%s", want, page)
+		}
+	}
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(".approval").length`)); n != 1 {
+		t.Errorf("the deep link shows %d approvals, want just its own", n)
+	}
+	if _, err := e.call(agent, "42", id); middleware.CodeOf(err) != middleware.CodeApprovalPending {
+		t.Fatalf("a resume after one of two votes: %v, want APPROVAL_PENDING", err)
+	}
+	screenshot(t, ctx, "console-deep-link.png")
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(card+" .status.approved")),
+	)
+	if err != nil {
+		t.Fatalf("approving on the deep link: %v", err)
+	}
+	tally, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .tally")))
+	if tally != "2 of 2 approvals" {
+		t.Errorf("the tally after bob's vote: %q", tally)
+	}
+	if rec := e.record(id); rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID {
+		t.Fatalf("the record after the click: %+v", rec)
+	}
+	if _, err := e.call(agent, "42", id); err != nil || e.runs.Load() != 1 {
+		t.Fatalf("the agent's resume: %v, %d runs", err, e.runs.Load())
+	}
+}

@@ -125,6 +125,7 @@ func New(eng *middleware.Engine, authorize Authorizer, opts ...Option) http.Hand
 	c.mux.Handle("GET /{$}", files)
 	c.mux.Handle("GET /console.js", files)
 	c.mux.Handle("GET /console.css", files)
+	c.mux.HandleFunc("GET /approvals/{id}", c.page)
 	c.mux.HandleFunc("GET /api/session", c.session)
 	c.mux.HandleFunc("GET /api/approvals", c.list)
 	c.mux.HandleFunc("GET /api/approvals/{id}", c.get)

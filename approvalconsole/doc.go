@@ -18,6 +18,7 @@
 // # Routes
 //
 //	GET  /                              the page (console.js, console.css beside it)
+//	GET  /approvals/{id}                the page of one approval: a deep link (see [Link])
 //	GET  /api/session                   {"approver", "csrfToken", "csrfHeader", "pollMillis"}: a [Session]
 //	GET  /api/approvals                 {"approvals": [...]}: the pending approvals, oldest first, at most 100
 //	GET  /api/approvals/{id}            one [Approval], in any status
@@ -56,6 +57,15 @@
 // page is read again (GET /api/approvals/{id}) and shows what became of it
 // (approved or rejected by someone else, expired). The Refresh button reads
 // the session and the whole list again.
+//
+// The page of one approval, /approvals/{id}, is the deep link envelopes
+// carry (middleware.WithApprovalURL with [Link]): it is served only to an
+// approver the [Authorizer] accepts, for a record of the engine's audience
+// and the approver's tenant, with the same refusals as GET
+// /api/approvals/{id}. It shows that approval with its votes so far ("1
+// of 2 approvals", each vote with its approver and comment; see
+// Approval.Quorum), reads it again as the list page polls, and decides it
+// like a card of the list.
 //
 // The page calls the API at URLs built from its own origin and path, never
 // from its full address, so it also works when opened at an address with

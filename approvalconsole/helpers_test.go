@@ -109,6 +109,13 @@ func newEnv(t *testing.T, opts ...approvalconsole.Option) *env {
 // clock when shared is not nil: two deployments sharing one store.
 func newEnvFor(t *testing.T, audience string, shared *env, opts ...approvalconsole.Option) *env {
 	t.Helper()
+	return newEnvQuorum(t, audience, shared, 1, opts...)
+}
+
+// newEnvQuorum is newEnvFor with a refund that quorum distinct approvers
+// must approve.
+func newEnvQuorum(t *testing.T, audience string, shared *env, quorum int, opts ...approvalconsole.Option) *env {
+	t.Helper()
 	e := &env{t: t, rec: &agentsafetest.Recorder{}, now: time.Now().Truncate(time.Second)}
 	e.store = approvalstore.NewMemory(approvalstore.WithClock(e.clock))
 	if shared != nil {
@@ -116,7 +123,7 @@ func newEnvFor(t *testing.T, audience string, shared *env, opts ...approvalconso
 	}
 	reg := middleware.NewRegistry().Register(procRefund, middleware.Capability{
 		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
-		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute},
+		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute, Quorum: quorum},
 	})
 	var err error
 	e.eng, err = middleware.New(reg, middleware.WithApprovalStore(e.store), middleware.WithActor(actorOf),

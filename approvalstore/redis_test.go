@@ -64,6 +64,9 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("engine single use", func(t *testing.T) {
 		raceEngines(t, 2, 200, func() redis.UniversalClient { return cl.Client() })
 	})
+	t.Run("quorum race", func(t *testing.T) {
+		raceQuorum(t, 3, 16, func() redis.UniversalClient { return cl.Client() })
+	})
 }
 
 // request is a store-level approval request of the agent.

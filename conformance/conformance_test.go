@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/testenv"
@@ -150,6 +151,9 @@ func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req
 			wire[k] = vs
 		}
 	}
+	if c.d.bug == "drops-approval-hints" {
+		env.ApprovalURL, env.ExpiresAt = "", time.Time{}
+	}
 	if c.d.bug != "drops-envelope" || err != nil {
 		adapter.SetHeaders(wire, env)
 	}
@@ -237,6 +241,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Hidden/a_hidden_call_gets_exactly_what_a_procedure_with_no_handler_gets",
 			"Exposure/a_call_on_a_surface_the_capability_is_not_exposed_on_is_hidden",
 		},
+		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
 			"Retry/an_idempotent_write_with_retry_configured_is_retried",
@@ -245,6 +250,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Envelope/ids_reach_the_wire_on_success",
 			"Idempotency/the_key_is_stable_across_retries_and_unique_across_calls",
 			"Approval/request,_approve,_resume_and_consume_once",
+			"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry",
 			"Status/a_framework_Unavailable_status_is_transient",
 			"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's",
 			"Envelope/a_relayed_downstream_envelope_never_shadows_this_one",

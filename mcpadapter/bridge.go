@@ -21,9 +21,14 @@ import (
 // [Bridge.AddTools], or use [Bridge.NewServer] or [Bridge.Handler]. It is
 // safe for concurrent use.
 type Bridge struct {
-	eng   *middleware.Engine
-	cfg   config
-	types interface {
+	eng *middleware.Engine
+	cfg config
+	// resumable: the engine can seal (it has a result key), so calls keep
+	// their arguments with the approvals they request, and the
+	// approvals_resume tool is listed.
+	resumable bool
+	byProc    map[string]*tool
+	types     interface {
 		protoregistry.ExtensionTypeResolver
 		protoregistry.MessageTypeResolver
 	}
@@ -71,7 +76,10 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 	if len(services) == 0 {
 		return nil, errors.New("mcpadapter: New needs at least one service")
 	}
-	b := &Bridge{eng: eng, cfg: defaultConfig()}
+	b := &Bridge{cfg: defaultConfig(), eng: eng, byProc: map[string]*tool{}}
+	if _, err := adapter.Seal(eng, nil, "probe"); err == nil {
+		b.resumable = true
+	}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&b.cfg)
@@ -109,7 +117,12 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 				}
 				continue
 			}
+			if t.def.Name == resumeTool && b.resumable {
+				problems = append(problems, fmt.Errorf("mcpadapter: %s is listed as tool %q, the name of the bridge's own tool; give it another tool_name", proc, resumeTool))
+				continue
+			}
 			byName[t.def.Name] = t
+			b.byProc[proc] = t
 			b.tools = append(b.tools, t)
 		}
 	}
@@ -197,6 +210,9 @@ func (b *Bridge) AddTools(s *mcp.Server) {
 	for _, t := range b.tools {
 		s.AddTool(t.def, t.call)
 	}
+	if b.resumable {
+		s.AddTool(resumeToolDef(), b.resume)
+	}
 	b.filterListing(s)
 }
 
@@ -217,7 +233,16 @@ func (b *Bridge) NewServer(impl *mcp.Implementation, opts *mcp.ServerOptions) *m
 // application's HTTP authentication in front of it: the default of
 // [WithHeaders] forwards the Authorization header of each MCP request to
 // the procedures.
+//
+// The handler always sets PropagateRequestCancellation: a client that
+// abandons a request (2026-07-28 and later) cancels the tool call, so a call
+// waiting for an approval's decision ends with nothing run or consumed.
 func (b *Bridge) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
 	s := b.NewServer(nil, nil)
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
+	o := mcp.StreamableHTTPOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	o.PropagateRequestCancellation = true
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &o)
 }

@@ -28,7 +28,11 @@ const approvalArgumentDoc = "Only to resume a call that needed a human's approva
 	"Leave it out otherwise."
 
 // call is the tool handler: decode the arguments into the request message,
-// call the procedure in process, and turn its envelope into the result.
+// call the procedure in process, and turn its envelope into the result. A
+// call that answers an input-required result (it carries request state) is
+// the answering round of an approval (see answer); a call that needs a
+// new approval asks the user to decide it, where the client can show a URL
+// (see askToDecide).
 func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	args, approvalID, key, err := splitArguments(req.Params.Arguments)
 	if err != nil {
@@ -37,27 +41,54 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		}
 		return refusal(middleware.CodeInvalidArgument, "invalid arguments: "+err.Error()), nil
 	}
+	if req.Params.RequestState != "" {
+		return t.answer(ctx, req, args, approvalID, key)
+	}
+	mark := adapter.ApprovalMark{Payload: t.b.sealArguments(t.procedure, args)}
+	res, err, refused := t.invoke(ctx, req, args, approvalID, key, mark)
+	if errors.Is(err, errHidden) {
+		return nil, unknownTool(req.Params.Name)
+	}
+	if refused != nil {
+		return refused, nil
+	}
+	if approvalID == "" {
+		if r := t.askToDecide(ctx, req, res, err); r != nil {
+			return r, nil
+		}
+	}
+	return t.result(res, err, approvalID), nil
+}
+
+// invoke calls the procedure in process with args, as the caller of req,
+// presenting approvalID and the caller's key; mark is what the call asks
+// of the approval gate. A non-nil result is a refusal before the call.
+func (t *tool) invoke(ctx context.Context, req *mcp.CallToolRequest, args json.RawMessage, approvalID, key string, mark adapter.ApprovalMark) (*connect.Response[dynamicpb.Message], error, *mcp.CallToolResult) {
 	msg := dynamicpb.NewMessage(t.method.Input())
 	if err := (protojson.UnmarshalOptions{Resolver: t.b.types}).Unmarshal(args, msg); err != nil {
 		if t.hiddenAtListing(ctx) {
-			return nil, unknownTool(req.Params.Name)
+			return nil, errHidden, nil
 		}
-		return refusal(middleware.CodeInvalidArgument, argumentError(args, err)), nil
+		return nil, nil, refusal(middleware.CodeInvalidArgument, argumentError(args, err))
 	}
 	header, err := t.b.cfg.headers(ctx, req)
 	if err != nil {
-		return refusal(middleware.CodeUnauthenticated, "the caller could not be authenticated"), nil
+		return nil, nil, refusal(middleware.CodeUnauthenticated, "the caller could not be authenticated")
 	}
 	creq := connect.NewRequest(msg)
 	maps.Copy(creq.Header(), header)
-	// The approval id comes from the argument and nowhere else; the
-	// engine's binding (procedure, actor, input digest) decides whether it
-	// may be consumed, so the argument cannot turn into another call.
+	// The approval id comes from the argument (or the bridge's own sealed
+	// state) and nowhere else; the engine's binding (procedure, actor,
+	// input digest) decides whether it may be consumed, so the argument
+	// cannot turn into another call.
 	creq.Header().Del(adapter.HeaderApprovalID)
 	if approvalID != "" {
 		creq.Header().Set(adapter.HeaderApprovalID, approvalID)
 	}
 	setKey(creq.Header(), key)
+	if mark.Wait > 0 || len(mark.Payload) > 0 {
+		ctx = adapter.WithApprovalMark(ctx, t.procedure, mark)
+	}
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
 		var stop func()
 		ctx, stop = t.startProgress(ctx, req.Session, token)
@@ -67,9 +98,9 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	// request's context, which only code in this process can set.
 	res, err := t.client.CallUnary(adapter.WithSurface(ctx, middleware.SurfaceMCP), creq)
 	if _, governed := connectadapter.ReadEnvelope(res, err); absent(governed, err) {
-		return nil, unknownTool(req.Params.Name) // hidden: as if the tool did not exist
+		return nil, errHidden, nil // as if the tool did not exist
 	}
-	return t.result(res, err, approvalID), nil
+	return res, err, nil
 }
 
 // splitArguments takes the approval and idempotency key arguments out of

@@ -145,6 +145,42 @@
 // keeps no state between calls: the resume may reach another instance, or
 // come in another session, than the call that asked for the approval.
 //
+// # Where the user decides: URL elicitation and approvals_resume
+//
+// With middleware.WithApprovalURL (the console's deep link,
+// approvalconsole.Link), a result waiting for a decision carries the
+// approval's URL and expiry in its envelope, its text and
+// _meta["agentsafe/awaitingApproval"] {"approvalId", "approvalUrl",
+// "expiresAt"}. With a result key on the engine too
+// (middleware.WithResultKey):
+//
+//   - A client that declared URL-mode elicitation
+//     (Capabilities.Elicitation.URL) gets, for a call that requested a new
+//     approval, an input-required result holding one URL elicitation: the
+//     deep link, elicitation id = approval id, and the request state sealed
+//     under the result key. A repeat of a pending request is not asked
+//     again; it gets the URL result.
+//   - The round that answers it (the same tool and arguments, the state,
+//     the client's response) presents that approval; the engine checks
+//     first that it is the caller's (the whole actor) for this procedure
+//     and input, else refuses at once (APPROVAL_NOT_FOUND,
+//     APPROVAL_INPUT_MISMATCH). The client's accept is never the approval:
+//     it only makes the round wait, at most [WithApprovalWait] (60 s, never
+//     past expiry), for a person's decision, then consume it and run the
+//     call as a new execution whose result is the tool result. Still
+//     undecided (or declined), the URL result. A client that cancels the
+//     round ends the wait, with nothing run or consumed. On 2025-11-25
+//     sessions, where the SDK elicits on the server's behalf, a decision
+//     seen is announced with notifications/elicitation/complete. Error
+//     -32042 (URL elicitation required) is never used.
+//   - Every call keeps its arguments (without "_approval_id" and
+//     "_idempotency_key"), sealed, with the approval it requests; the
+//     "approvals_resume" tool, listed then, resumes an approved call by
+//     {"approval_id"} alone: it opens them and calls the tool's procedure
+//     as its own caller, so the engine digests them again and consumes the
+//     approval only for the same actor, once. Every id it cannot resume
+//     reads the same: APPROVAL_NOT_FOUND.
+//
 // # Progress
 //
 // With [ProgressSink] installed on the engine, a client that sends a

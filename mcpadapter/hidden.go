@@ -2,6 +2,7 @@ package mcpadapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -14,6 +15,10 @@ import (
 
 // unknownTool is the error a hidden tool call ends with: exactly what the
 // SDK's server answers for a tool it does not have.
+// errHidden is what invoke returns for a call its procedure answered as
+// one that does not exist; the tool handler turns it into unknownTool.
+var errHidden = errors.New("mcpadapter: hidden")
+
 func unknownTool(name string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -20,12 +21,14 @@ type config struct {
 	files           *protoregistry.Files
 	headers         func(ctx context.Context, req *mcp.CallToolRequest) (http.Header, error)
 	responseHeaders []string
+	approvalWait    time.Duration
 }
 
 func defaultConfig() config {
 	return config{
-		files:   protoregistry.GlobalFiles,
-		headers: forwardAuthorization,
+		files:        protoregistry.GlobalFiles,
+		headers:      forwardAuthorization,
+		approvalWait: defaultApprovalWait,
 	}
 }
 
@@ -90,4 +93,22 @@ func forwardAuthorization(_ context.Context, req *mcp.CallToolRequest) (http.Hea
 		}
 	}
 	return h, nil
+}
+
+// defaultApprovalWait is how long the answering round of an approval waits
+// for the decision by default.
+const defaultApprovalWait = 60 * time.Second
+
+// WithApprovalWait sets how long the round that answers the bridge's
+// request for a decision (a URL-mode elicitation) waits for the person to
+// decide before it gives the call's result, or, still undecided, the
+// approval's URL to come back to: at most d, never past the approval's
+// expiry, and never after the client cancels the request. By default 60
+// seconds; d <= 0 keeps the default.
+func WithApprovalWait(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.approvalWait = d
+		}
+	})
 }

@@ -31,7 +31,7 @@ const (
 // exposedHeaders are the response headers every tool result exposes: the
 // envelope's.
 var exposedHeaders = []string{adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode, adapter.HeaderRetryable,
-	adapter.HeaderReplayed}
+	adapter.HeaderReplayed, adapter.HeaderApprovalURL, adapter.HeaderApprovalExpires}
 
 // result turns what the procedure returned into the tool result (see the
 // package documentation for the mapping).
@@ -65,6 +65,9 @@ func (t *tool) result(res *connect.Response[dynamicpb.Message], err error, appro
 	if governed {
 		b, _ := env.MarshalJSON()
 		r.Meta[metaEnvelope] = json.RawMessage(b)
+	}
+	if a, ok := awaiting(env); ok {
+		r.Meta[metaAwaiting] = a
 	}
 	if h := t.b.exposed(header); len(h) > 0 {
 		r.Meta[metaHeaders] = h
@@ -107,12 +110,12 @@ func (t *tool) next(env middleware.Envelope, approvalID string) string {
 	}
 	switch env.Error.Code {
 	case middleware.CodeApprovalRequired:
-		return fmt.Sprintf("Nothing was done: this call needs a human's approval, requested as %s. "+
-			"Tell the user it awaits approval. Once it is approved, call %s again with exactly the same arguments "+
-			"and %q: %q. The approval covers this call with these arguments only.", id, t.def.Name, approvalArgument, id)
+		return fmt.Sprintf("Nothing was done: this call needs a human's approval, requested as %s.%s"+
+			" Tell the user it awaits approval. Once it is approved, call %s again with exactly the same arguments "+
+			"and %q: %q. The approval covers this call with these arguments only.", id, decideAt(env), t.def.Name, approvalArgument, id)
 	case middleware.CodeApprovalPending:
-		return fmt.Sprintf("Nothing was done: approval %s is not decided yet. Once a human approves it, "+
-			"call %s again with the same arguments and %q: %q.", id, t.def.Name, approvalArgument, id)
+		return fmt.Sprintf("Nothing was done: approval %s is not decided yet.%s Once a human approves it, "+
+			"call %s again with the same arguments and %q: %q.", id, decideAt(env), t.def.Name, approvalArgument, id)
 	case middleware.CodeApprovalConsumed:
 		return fmt.Sprintf("Approval %s was already used: the approved call ran once, and it does not run again under this approval.", id)
 	}

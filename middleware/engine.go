@@ -35,6 +35,9 @@ type Engine struct {
 	// capability option although the engine was built from other files:
 	// they fail closed instead of running ungoverned.
 	undeclared map[string]bool
+
+	// decisions wakes the gates waiting for a decision (wait.go).
+	decisions decisionSignal
 }
 
 // capability is a validated Capability with its defaults resolved, plus the

@@ -76,11 +76,12 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reasons []str
 		SideEffect:  c.SideEffect.String(),
 		Risk:        c.Risk.String(),
 		ExpiresIn:   c.expiresIn,
+		Payload:     x.mark().Payload,
 	})
 	if err != nil {
 		return x.storeError(err)
 	}
-	x.approvalID = rec.ID
+	x.approvalID, x.hints.expires = rec.ID, rec.ExpiresAt
 	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: strings.Join(reasons, "; ")})
 	msg := fmt.Sprintf("%s needs an approval", x.proc)
 	if c.Approval.Type != "" {
@@ -115,6 +116,9 @@ func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 		Lease:       x.cap.lease,
 	}
 	got, err := x.consume(approvals, id, req)
+	if errors.Is(err, store.ErrApprovalPending) {
+		got, err = x.undecided(approvals, id, req, err) // wait.go
+	}
 	if err != nil {
 		e := x.storeError(err)
 		x.emit(Event{Type: EventApprovalDenied, ApprovalID: id, Code: e.Code, Reason: e.Message})
@@ -266,6 +270,9 @@ func (e *Engine) Decide(ctx context.Context, id string, d store.Decision) (store
 	rec, changed, err := e.cfg.store.Decide(ctx, id, d)
 	if err != nil {
 		return rec, err
+	}
+	if changed {
+		e.decisions.wake() // gates waiting in this process look again
 	}
 	if changed && e.observed {
 		ev := Event{Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: ref(rec.Requester),

@@ -40,7 +40,8 @@ type config struct {
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
 	policies       []namedPolicy
-	condition      bool // a WithApprovalCondition policy is among them
+	condition      bool                   // a WithApprovalCondition policy is among them
+	approvalURL    func(id string) string // hints.go
 	files          *protoregistry.Files
 	filesSet       bool
 	problems       []string

@@ -116,6 +116,9 @@ type execution struct {
 	// durably blocked for testing/synctest, one waiting on a mutex is not.
 	emitting chan struct{}
 	first    attempt // attempt 1 lives here: one allocation less
+
+	// hints are what an envelope asking for a decision tells (hints.go).
+	hints approvalHints
 }
 
 // open starts stage 2: the execution's ids and its actor. Nothing is
@@ -662,6 +665,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 		code = err.Code
 		env.Status = code.Status()
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
+		x.hint(&env)
 	}
 	if x.consumed {
 		x.recordOutcome(code)

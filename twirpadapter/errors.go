@@ -28,6 +28,11 @@ const (
 	// MetaApprovalID is the approval id the execution requested or
 	// consumed, when it has one.
 	MetaApprovalID = "agentsafe_approval_id"
+	// MetaApprovalURL and MetaApprovalExpires are where a person decides
+	// the approval and until when (RFC 3339), on APPROVAL_REQUIRED and
+	// APPROVAL_PENDING (see middleware.WithApprovalURL).
+	MetaApprovalURL     = "agentsafe_approval_url"
+	MetaApprovalExpires = "agentsafe_approval_expires"
 )
 
 // twirpCodes is the one table between Twirp's error codes and the
@@ -100,6 +105,7 @@ func twirpError(env middleware.Envelope, err error) error {
 		if env.ApprovalID != "" {
 			out = out.WithMeta(MetaApprovalID, env.ApprovalID)
 		}
+		out = withHints(out, env)
 	}
 	return twirp.WrapError(out, err)
 }
@@ -138,5 +144,7 @@ func EnvelopeFromError(err error) (middleware.Envelope, bool) {
 		ExecutionId: twerr.Meta(MetaExecutionID),
 		ApprovalId:  twerr.Meta(MetaApprovalID),
 		Attempts:    int32(attempts),
+		ApprovalUrl: twerr.Meta(MetaApprovalURL),
+		ExpiresAt:   twerr.Meta(MetaApprovalExpires),
 	}, twerr.Msg()), true
 }

@@ -10,12 +10,18 @@ let again = false;     // a full refresh was asked for while polling
 
 function $(sel, root) { return (root || document).querySelector(sel); }
 
+// The page of one approval (GET approvals/{id}, a deep link) sits one level
+// below the console: its API is at ../api, and it shows only that approval.
+const single = document.body.dataset.page === "approval";
+const root = single ? "../" : "";
+const singleID = single ? decodeURIComponent(location.pathname.split("/").pop()) : "";
+
 // apiURL resolves path against the page's origin and path only. The page's
 // URL may carry credentials (http://bob:bob@host/console/), and fetch
 // refuses any URL that does, relative ones resolved against it included;
 // the browser still sends the credentials it was given for this origin.
 function apiURL(path) {
-  return new URL(path, location.origin + location.pathname).href;
+  return new URL(root + path, location.origin + location.pathname).href;
 }
 
 // call fetches an API path and returns the response and its JSON body (null
@@ -80,13 +86,39 @@ function render(a) {
   $(".expires", card).textContent = exp.toLocaleString() + " (" + relative(exp) + ")";
   $(".view", card).textContent = a.view || "(no view of the input was configured)";
   $(".self", card).hidden = !a.selfRequested;
+  tally(card, a);
   $(".approve", card).addEventListener("click", () => decide(card, a.id, true));
   $(".reject", card).addEventListener("click", () => decide(card, a.id, false));
   return card;
 }
 
+// tally shows the votes so far (the page of one approval has room for them):
+// how many approvals of how many needed, and each vote.
+function tally(card, a) {
+  const t = $(".tally", card);
+  if (!t) return;
+  const yes = (a.votes || []).filter((v) => v.approve).length;
+  t.textContent = yes + " of " + (a.quorum || 1) + " approvals";
+  const list = $(".votes", card);
+  list.replaceChildren();
+  for (const v of a.votes || []) {
+    const li = document.createElement("li");
+    li.textContent = (v.approve ? "approved by " : "rejected by ") + v.approver.id + (v.comment ? ": " + v.comment : "");
+    list.append(li);
+  }
+}
+
 function showDecided(card, a) {
+  tally(card, a);
   const status = $(".status", card);
+  if (a.status === "pending") {
+    // A vote that did not reach the quorum: counted, and the record waits
+    // for the other approvers. This approver has voted.
+    status.className = "status voted";
+    status.textContent = "your vote is counted; waiting for more approvers";
+    for (const b of card.querySelectorAll("button, textarea")) b.disabled = true;
+    return;
+  }
   status.className = "status " + a.status;
   let text = a.status;
   if (a.approver) text += " by " + a.approver.id;
@@ -156,6 +188,7 @@ async function decide(card, id, approve) {
 // refresh asks for the pending list: only if it changed since the last
 // answer, unless full, which also clears the cards already decided.
 async function refresh(full) {
+  if (single) return refreshOne(full);
   const headers = {};
   if (etag && !full) headers["If-None-Match"] = etag;
   const { res, body } = await call("api/approvals", { headers: headers });
@@ -164,6 +197,21 @@ async function refresh(full) {
     if (full) $("#approvals").replaceChildren();
     show(body.approvals);
   }
+  notice("");
+}
+
+// refreshOne reads the one approval of a deep link again: its votes so far,
+// and what became of it once decided.
+async function refreshOne(full) {
+  const a = await api("api/approvals/" + encodeURIComponent(singleID));
+  let card = cardOf(a.id);
+  if (!card || full) {
+    card = render(a);
+    $("#approvals").replaceChildren(card);
+  } else {
+    tally(card, a);
+  }
+  if (a.status !== "pending" && !$(".status", card).classList.contains(a.status)) showDecided(card, a);
   notice("");
 }
 
@@ -208,7 +256,8 @@ async function poll(full) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("#refresh").addEventListener("click", () => poll(true));
+  const button = $("#refresh");
+  if (button) button.addEventListener("click", () => poll(true));
   window.addEventListener("focus", () => poll(false));
   poll(true);
 });

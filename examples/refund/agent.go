@@ -58,6 +58,12 @@ type report struct {
 	Inventory []byte
 	Check     string
 	CheckExit int
+	// MCPAsk is a large refund over MCP, which needs approval: its result
+	// links to the approval in the console (MCPLink); MCPResume is the
+	// approvals_resume call once it is approved.
+	MCPAsk    result
+	MCPLink   string
+	MCPResume result
 }
 
 // approver decides approvals: automatically as the manager, or by waiting
@@ -155,7 +161,7 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 	r.CancelRejected = a.show(unary(ctx, a.client.CancelOrder, &ordersv1.CancelOrderRequest{OrderId: "42"}, r.AskCancel.ApprovalID))
 
 	a.title("8. The same service as MCP tools: listed with hints from the metadata, called through the same guarantees")
-	if err := a.mcp(ctx, &r); err != nil {
+	if err := a.mcp(ctx, &r, approve); err != nil {
 		return r, err
 	}
 
@@ -205,7 +211,7 @@ func (a *scriptedAgent) keyedRefund(ctx context.Context, r *report) error {
 
 // mcp lists the bridge's tools and calls one over streamable HTTP, as an
 // MCP client would.
-func (a *scriptedAgent) mcp(ctx context.Context, r *report) error {
+func (a *scriptedAgent) mcp(ctx context.Context, r *report, approve approver) error {
 	hc := &http.Client{Transport: bearerTransport("agent-token")}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "scripted-agent", Version: "v1"}, nil).
 		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.s.url + "/mcp", HTTPClient: hc}, nil)
@@ -228,6 +234,25 @@ func (a *scriptedAgent) mcp(ctx context.Context, r *report) error {
 	}
 	env, _ := mcpadapter.ReadEnvelope(res)
 	r.MCPRead = a.show(res.StructuredContent, env, nil)
+
+	a.title("   ...a large refund over MCP needs a manager: the result links to the approval in the console")
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "refund_order", Arguments: map[string]any{"orderId": "45", "amountCents": 2_000_00, "reason": "wrong size"}})
+	if err != nil {
+		return err
+	}
+	env, _ = mcpadapter.ReadEnvelope(res)
+	r.MCPAsk, r.MCPLink = a.show(nil, env, nil), env.ApprovalURL
+	fmt.Fprintf(a.out, "   approval %s: a person decides at %s (expires %s)\n", env.ApprovalID, env.ApprovalURL, env.ExpiresAt.Format(time.RFC3339))
+	if err := approve(ctx, env.ApprovalID); err != nil {
+		return err
+	}
+	a.title("   ...once approved, approvals_resume runs it by id alone (the bridge kept the arguments, sealed): once")
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "approvals_resume", Arguments: map[string]any{"approval_id": env.ApprovalID}})
+	if err != nil {
+		return err
+	}
+	env, _ = mcpadapter.ReadEnvelope(res)
+	r.MCPResume = a.show(res.StructuredContent, env, nil)
 	return nil
 }
 

@@ -137,10 +137,18 @@ func checkStory(t *testing.T, r report) {
 	if r.AskCancel.Code != middleware.CodeApprovalRequired || r.CancelRejected.Code != middleware.CodeApprovalRejected || len(r.CancelRejected.Runs) != 0 {
 		t.Errorf("cancel: %+v / %+v", r.AskCancel, r.CancelRejected)
 	}
-	// 8. MCP: every procedure exposed on MCP is a tool (not CancelOrder);
-	// a tool call is governed.
-	if !slices.Equal(r.MCPTools, []string{"export_report", "get_order", "notify_customer", "refund_order"}) || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
+	// 8. MCP: every procedure exposed on MCP is a tool (not CancelOrder),
+	// and approvals_resume; a tool call is governed.
+	if !slices.Equal(r.MCPTools, []string{"approvals_resume", "export_report", "get_order", "notify_customer", "refund_order"}) || r.MCPRead.Code != middleware.CodeOK || r.MCPRead.Attempts != 1 || len(r.MCPRead.Runs) != 1 {
 		t.Errorf("mcp: tools %v, read %+v", r.MCPTools, r.MCPRead)
+	}
+	// ...a large refund over MCP links to its approval in the console, and
+	// approvals_resume runs it once.
+	if r.MCPAsk.Code != middleware.CodeApprovalRequired || !strings.HasSuffix(r.MCPLink, "/console/approvals/"+r.MCPAsk.ApprovalID) || len(r.MCPAsk.Runs) != 0 {
+		t.Errorf("mcp approval: %+v, link %q", r.MCPAsk, r.MCPLink)
+	}
+	if r.MCPResume.Code != middleware.CodeOK || len(r.MCPResume.Runs) != 1 || r.MCPResume.ApprovalID != r.MCPAsk.ApprovalID {
+		t.Errorf("mcp approvals_resume: %+v", r.MCPResume)
 	}
 	// 9. The refund over the limit is denied by the policy; nothing ran.
 	if r.Denied.Code != middleware.CodePolicyDenied || len(r.Denied.Runs) != 0 || r.Denied.ApprovalID != "" {
@@ -157,8 +165,9 @@ func checkStory(t *testing.T, r report) {
 }
 
 // checkPostgresTrail checks that the strict audit sink kept the story's
-// trail (every execution starts with capability.requested, and the
-// approval was consumed once) and that the keyed refund's result is
+// trail (every execution starts with capability.requested, and each of
+// the two approvals, the Connect refund's and the MCP refund's, was
+// consumed once) and that the keyed refund's result is
 // stored in PostgreSQL.
 func checkPostgresTrail(t *testing.T, url string) {
 	t.Helper()
@@ -174,8 +183,8 @@ func checkPostgresTrail(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if executions == 0 || requested != executions || consumed != 1 {
-		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and one consumption", executions, requested, consumed)
+	if executions == 0 || requested != executions || consumed != 2 {
+		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and two consumptions", executions, requested, consumed)
 	}
 	var done int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM agentsafe.results WHERE state = 'done'`).Scan(&done); err != nil {

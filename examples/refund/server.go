@@ -61,6 +61,8 @@ func newServer(approvals store.ApprovalStore, results store.ResultStore, opts ..
 		middleware.WithEventSink(s.audit),
 		middleware.WithEventSink(&s.replays),
 		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
+		// Envelopes asking for a decision link to it in the console.
+		middleware.WithApprovalURL(func(id string) string { return approvalconsole.Link(s.url + "/console")(id) }),
 	}, opts...)...)
 	if err != nil {
 		return nil, err

@@ -58,6 +58,7 @@ func New() *Service {
 			"42": {OrderId: "42", Customer: "ada@example.com", TotalCents: 120_00, Status: "delivered"},
 			"43": {OrderId: "43", Customer: "grace@example.com", TotalCents: 1_500_00, Status: "delivered"},
 			"44": {OrderId: "44", Customer: "edsger@example.com", TotalCents: 80_00, Status: "shipped"},
+			"45": {OrderId: "45", Customer: "barbara@example.com", TotalCents: 2_500_00, Status: "delivered"},
 		},
 		Gateway:    NewGateway(),
 		ReportTime: time.Second,
