@@ -3,7 +3,8 @@
 # the conformance server of ./server, served by connect-go handlers
 # (Connect, gRPC, gRPC-Web) and by grpc-go, each without and with agentsafe
 # governing every procedure. Four runs; for each it prints total, passed
-# and failed cases.
+# and failed cases, then sorts the cases that fail with agentsafe into
+# causes (./triage).
 #
 # Usage, from anywhere: interop/run.sh [-full]
 #
@@ -46,7 +47,7 @@ if [ ! -x "$bin/connectconformance" ] ||
 	echo "installing $conformance@$version" >&2
 	GOBIN=$bin go install "$conformance@$version"
 fi
-(cd "$here" && go build -o "$bin/server" ./server)
+(cd "$here" && go build -o "$bin/server" ./server && go build -o "$bin/triage" ./triage)
 
 # config IMPL prints the path of the config for IMPL's runs.
 config() {
@@ -95,6 +96,14 @@ for impl in connect grpc; do
 			fi
 		fi
 	done
+done
+
+for impl in connect grpc; do
+	echo
+	echo "== $impl server with agentsafe: causes of the failing cases =="
+	"$bin/triage" -adapter "$impl" -base "$out/$impl.log" "$out/$impl-agentsafe.log" \
+		>"$out/$impl-triage.txt" || status=1
+	cat "$out/$impl-triage.txt"
 done
 
 echo
