@@ -13,11 +13,11 @@ import (
 // stands between the handler and the wire too.
 //
 // The procedures are listed from the service descriptor rather than by
-// hand, so a method added to the service cannot stay ungoverned. That
-// descriptor is linked into protoregistry.GlobalFiles by the generated
-// code, where the engine looks by default: it checks the names against it
-// and learns from it which procedures stream, so no WithProtoFiles is
-// needed.
+// hand, so a method added to the service cannot stay ungoverned. The
+// generated code links that descriptor into protoregistry.GlobalFiles,
+// where the engine looks by default and learns which procedures stream
+// (SPEC §2 also has it check registry names there), so the engine is
+// built without WithProtoFiles.
 func newEngine() (*middleware.Engine, error) {
 	reg := middleware.NewRegistry()
 	methods := conformancev1.File_connectrpc_conformance_v1_service_proto.Services().ByName("ConformanceService").Methods()
