@@ -3,7 +3,8 @@
 // approval steps, and metrics. It is a [middleware.Tracer], so each
 // attempt's span is started IN the attempt's context and the handler's own
 // spans (a database call, an outgoing RPC) nest under the attempt that made
-// them, and a [middleware.EventSink]; one engine option installs both:
+// them, and as a tracer that is also a [middleware.EventSink] it receives
+// every event on the execution's goroutine; one engine option installs it:
 //
 //	inst, err := agentsafeotel.New(
 //		agentsafeotel.WithTracerProvider(tp), // default: the global provider
@@ -12,18 +13,24 @@
 //	)
 //	// ...
 //	eng, err := middleware.New(reg, inst.EngineOption())
+//	err = inst.ObserveEngine(eng) // agentsafe.events.dropped
+//
+// [WithFilter] leaves executions out (no spans, no metric points); the
+// instrumentation scope is [ScopeName] at [Version].
 //
 // # Spans
 //
 // Both spans are internal: the framework's own instrumentation (otelconnect,
 // otelgrpc, otelhttp) owns the server span, and these nest under it.
 //
-//	agentsafe <rpc.method>     one per execution, from open to finalize
+//	agentsafe <procedure>      one per execution, from open to finalize
 //	└── agentsafe.attempt      one per attempt; the handler runs in its context
 //	    └── (the handler's own spans)
 //
 // The execution span carries, at its start: rpc.method (the procedure
-// without its leading slash, as the RPC semantic conventions spell it),
+// without its leading slash, as the RPC semantic conventions spell it) —
+// or, for a net/http route, http.route and, when the route's name is a
+// ServeMux pattern with a method, http.request.method —
 // rpc.system.name (with [WithRPCSystem]), agentsafe.execution_id,
 // agentsafe.side_effect, agentsafe.risk, agentsafe.input_digest (keyed when
 // the engine has a digest key), agentsafe.actor.id and agentsafe.actor.tenant,
@@ -52,18 +59,20 @@
 //
 // # Metrics
 //
-// Every point carries rpc.method (and rpc.system.name when set), never an
-// id or a digest:
+// Points carry rpc.method, or http.route and http.request.method for
+// net/http routes (and rpc.system.name when set), never an id or digest:
 //
 //	agentsafe.executions           counter    {execution}  by agentsafe.code
-//	agentsafe.execution.duration   histogram  s            by agentsafe.code
+//	agentsafe.execution.duration   histogram  s            by agentsafe.code; buckets 1ms … 60s
 //	agentsafe.execution.attempts   histogram  {attempt}    executions that ran at least one attempt
 //	agentsafe.retries              counter    {retry}      by agentsafe.previous_code
 //	agentsafe.approval.wait        histogram  s            request to decision, by agentsafe.decision
 //	agentsafe.abandoned_results    counter    {result}     late results, by agentsafe.succeeded
+//	agentsafe.events.dropped       counter    {event}      by agentsafe.sink ([Instrumentation.ObserveEngine])
 //
 // # What is never recorded
 //
 // Payloads: no input, no output, no error text, no stack, no approver's
-// comment. Only ids, the input digest, codes and counts.
+// comment; only ids, the input digest, codes and counts. The README's
+// "Observability" section shows the package in place.
 package agentsafeotel

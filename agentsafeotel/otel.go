@@ -2,6 +2,7 @@ package agentsafeotel
 
 import (
 	"context"
+	"regexp"
 	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
@@ -15,6 +16,9 @@ import (
 
 // ScopeName is the instrumentation scope of the tracer and meter.
 const ScopeName = "github.com/agentsafe/agentsafe/agentsafeotel"
+
+// Version is the instrumentation scope's version.
+const Version = "0.2.0"
 
 // The agentsafe attribute keys (the package doc lists where each goes).
 // Where OpenTelemetry's RPC semantic conventions have a fitting attribute it
@@ -41,6 +45,7 @@ const (
 	keyPreviousCode = attribute.Key("agentsafe.previous_code")
 	keySucceeded    = attribute.Key("agentsafe.succeeded")
 	keyStreaming    = attribute.Key("agentsafe.streaming")
+	keySink         = attribute.Key("agentsafe.sink")
 )
 
 // Span names: the execution's is followed by its rpc.method.
@@ -60,6 +65,16 @@ type config struct {
 	tp     trace.TracerProvider
 	mp     metric.MeterProvider
 	system string
+	filter func(middleware.ExecutionInfo) bool
+}
+
+// WithFilter reports only the executions for which keep returns true:
+// the others get no spans, span events or metric points (the engine
+// still governs them). Decisions on approvals are filtered by the
+// execution that requested them, as far as an event tells it. By default
+// every execution is reported; nil keeps that.
+func WithFilter(keep func(middleware.ExecutionInfo) bool) Option {
+	return optionFunc(func(c *config) { c.filter = keep })
 }
 
 // WithTracerProvider sets where spans go. The default is the global
@@ -95,7 +110,9 @@ func WithRPCSystem(name string) Option {
 // It is safe for concurrent use.
 type Instrumentation struct {
 	tracer trace.Tracer
+	meter  metric.Meter
 	system []attribute.KeyValue // rpc.system.name, or nothing
+	filter func(middleware.ExecutionInfo) bool
 
 	executions   metric.Int64Counter
 	duration     metric.Float64Histogram
@@ -119,11 +136,15 @@ func New(opts ...Option) (*Instrumentation, error) {
 			o.apply(&cfg)
 		}
 	}
-	i := &Instrumentation{tracer: cfg.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))}
+	i := &Instrumentation{
+		tracer: cfg.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL), trace.WithInstrumentationVersion(Version)),
+		meter:  cfg.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL), metric.WithInstrumentationVersion(Version)),
+		filter: cfg.filter,
+	}
 	if cfg.system != "" {
 		i.system = []attribute.KeyValue{semconv.RPCSystemNameKey.String(cfg.system)}
 	}
-	if err := i.instruments(cfg.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))); err != nil {
+	if err := i.instruments(i.meter); err != nil {
 		return nil, err
 	}
 	return i, nil
@@ -137,7 +158,12 @@ const (
 	metricRetries           = "agentsafe.retries"
 	metricApprovalWait      = "agentsafe.approval.wait"
 	metricAbandonedResults  = "agentsafe.abandoned_results"
+	metricEventsDropped     = "agentsafe.events.dropped"
 )
+
+// durationBuckets are the boundaries of agentsafe.execution.duration, in
+// seconds: RPC latencies, from a millisecond to a minute.
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 func (i *Instrumentation) instruments(m metric.Meter) error {
 	var err error
@@ -146,7 +172,8 @@ func (i *Instrumentation) instruments(m metric.Meter) error {
 		return err
 	}
 	if i.duration, err = m.Float64Histogram(metricExecutionDuration, metric.WithUnit("s"),
-		metric.WithDescription("Duration of agentsafe executions, from open to finalize.")); err != nil {
+		metric.WithDescription("Duration of agentsafe executions, from open to finalize."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
 		return err
 	}
 	if i.attempts, err = m.Int64Histogram(metricAttempts, metric.WithUnit("{attempt}"),
@@ -171,12 +198,54 @@ func (i *Instrumentation) instruments(m metric.Meter) error {
 // EngineOption installs the instrumentation in an engine: as its tracer and
 // as an event sink.
 func (i *Instrumentation) EngineOption() middleware.Option {
-	return middleware.WithOptions(middleware.WithTracer(i), middleware.WithEventSink(i))
+	return middleware.WithTracer(i) // it is the tracer, and as a sink it receives every event
 }
 
-// rpcMethod is the semantic conventions' rpc.method for a procedure:
-// "package.Service/Method".
-func rpcMethod(procedure string) string { return strings.TrimPrefix(procedure, "/") }
+// ObserveEngine reports, as the counter agentsafe.events.dropped (by
+// sink), the events eng's sinks have dropped so far (see
+// middleware.Engine.Stats). Call it once per engine.
+func (i *Instrumentation) ObserveEngine(eng *middleware.Engine) error {
+	_, err := i.meter.Int64ObservableCounter(metricEventsDropped, metric.WithUnit("{event}"),
+		metric.WithDescription("Events an agentsafe event sink dropped: its queue was full, or a call of it stalled their execution."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, s := range eng.Stats().Sinks {
+				o.Observe(int64(s.Dropped), metric.WithAttributes(keySink.String(s.Sink)))
+			}
+			return nil
+		}))
+	return err
+}
+
+// rpcName matches the procedure names of RPC frameworks; every other name
+// is a net/http route's (as the engine tells them apart).
+var rpcName = regexp.MustCompile(`^/[A-Za-z_]\w*(\.[A-Za-z_]\w*)+/[A-Za-z_]\w*$`)
+
+// procedureAttrs name a procedure in the semantic conventions: rpc.method
+// ("package.Service/Method") for an RPC, http.route (and
+// http.request.method, when the name is a ServeMux pattern with a method)
+// for a net/http route.
+func procedureAttrs(procedure string) []attribute.KeyValue {
+	if rpcName.MatchString(procedure) {
+		return []attribute.KeyValue{semconv.RPCMethod(strings.TrimPrefix(procedure, "/"))}
+	}
+	if method, route, ok := strings.Cut(procedure, " "); ok && method != "" && strings.ToUpper(method) == method && strings.HasPrefix(route, "/") {
+		return []attribute.KeyValue{semconv.HTTPRoute(route), semconv.HTTPRequestMethodKey.String(method)}
+	}
+	return []attribute.KeyValue{semconv.HTTPRoute(procedure)}
+}
+
+// spanName is the execution span's name: the prefix and the procedure, as
+// rpc.method or the route.
+func spanName(procedure string) string {
+	return executionSpanPrefix + strings.TrimPrefix(procedure, "/")
+}
+
+// filteredKey marks the context of an execution WithFilter left out.
+type filteredKey struct{}
+
+func (i *Instrumentation) keep(x middleware.ExecutionInfo) bool {
+	return i.filter == nil || i.filter(x)
+}
 
 type executionKey struct{}
 
@@ -184,11 +253,13 @@ type executionKey struct{}
 // span, an internal span (the framework's own instrumentation owns the
 // server span, and this one nests under it).
 func (i *Instrumentation) StartExecution(ctx context.Context, x middleware.ExecutionInfo) (context.Context, func(middleware.Envelope)) {
-	method := rpcMethod(x.Procedure)
-	attrs := make([]attribute.KeyValue, 0, 10)
+	if !i.keep(x) {
+		return context.WithValue(ctx, filteredKey{}, true), nil
+	}
+	attrs := make([]attribute.KeyValue, 0, 11)
 	attrs = append(attrs, i.system...)
+	attrs = append(attrs, procedureAttrs(x.Procedure)...)
 	attrs = append(attrs,
-		semconv.RPCMethod(method),
 		keyExecutionID.String(x.ID),
 		keySideEffect.String(x.SideEffect.String()),
 		keyRisk.String(x.Risk.String()),
@@ -202,7 +273,7 @@ func (i *Instrumentation) StartExecution(ctx context.Context, x middleware.Execu
 	if x.Streaming {
 		attrs = append(attrs, keyStreaming.Bool(true))
 	}
-	ctx, span := i.tracer.Start(ctx, executionSpanPrefix+method, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, span := i.tracer.Start(ctx, spanName(x.Procedure), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	ctx = context.WithValue(ctx, executionKey{}, x.ID)
 	return ctx, func(env middleware.Envelope) {
 		code := middleware.CodeOK
@@ -232,6 +303,9 @@ func (i *Instrumentation) StartExecution(ctx context.Context, x middleware.Execu
 // StartAttempt implements [middleware.Tracer]: a child span of the
 // execution's, in whose context the handler runs.
 func (i *Instrumentation) StartAttempt(ctx context.Context, n int) (context.Context, func(middleware.AttemptOutcome)) {
+	if ctx.Value(filteredKey{}) != nil {
+		return nil, nil
+	}
 	attrs := []attribute.KeyValue{keyAttempt.Int(n)}
 	if id, ok := ctx.Value(executionKey{}).(string); ok {
 		attrs = append(attrs, keyExecutionID.String(id))

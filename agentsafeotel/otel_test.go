@@ -12,19 +12,24 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/agentsafeotel"
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 const (
 	procRead   = "/test.v1.Svc/Read"
@@ -34,7 +39,7 @@ const (
 // secret is in every input: no span, event or metric may carry it.
 const secret = "4111-1111-1111-1111"
 
-var input = middleware.JSONInput([]byte(`{"order":"42","card":"` + secret + `"}`))
+var input = adapter.JSONInput([]byte(`{"order":"42","card":"` + secret + `"}`))
 
 // otelFixture is an engine instrumented into an in-memory exporter and a
 // manual metric reader.
@@ -75,6 +80,11 @@ var (
 	agent = middleware.Actor{ID: "agent-7", Tenant: "acme", Kind: "agent"}
 	boss  = middleware.Actor{ID: "manager-bob", Tenant: "acme", Kind: "user"}
 )
+
+// execute runs one governed unary call of proc, as an adapter does.
+func execute(ctx context.Context, eng *middleware.Engine, proc string, c adapter.Call[any], attempt func(context.Context) (any, error)) (any, middleware.Envelope, error) {
+	return adapter.Execute(ctx, adapter.Resolve(eng, proc), c, attempt)
+}
 
 func newOtelFixture(t *testing.T, reg *middleware.Registry, opts ...agentsafeotel.Option) *otelFixture {
 	t.Helper()
@@ -228,14 +238,14 @@ func keys(m map[string]metricdata.Aggregation) []string {
 }
 
 func readCap(retries int, timeout time.Duration) middleware.Capability {
-	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxAttempts: retries, Backoff: 10 * time.Millisecond}}
+	return middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: timeout, Retry: middleware.Retry{MaxRetries: retries, Backoff: 10 * time.Millisecond}}
 }
 
 var method = attribute.String("rpc.method", "test.v1.Svc/Read")
 
 func TestSuccessSpanTree(t *testing.T) {
 	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(1, time.Second)))
-	_, env, err := f.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRead, Input: input}, func(ctx context.Context) (any, error) {
+	_, env, err := execute(as(t.Context(), agent), f.eng, procRead, adapter.Call[any]{Input: input}, func(ctx context.Context) (any, error) {
 		_, span := f.tp.Tracer("app").Start(ctx, "db.query")
 		span.End()
 		return "ok", nil
@@ -247,7 +257,7 @@ func TestSuccessSpanTree(t *testing.T) {
 	if exe.Name != "agentsafe test.v1.Svc/Read" || exe.SpanKind != trace.SpanKindInternal || exe.Status.Code != codes.Unset {
 		t.Errorf("execution span %q kind %s status %v", exe.Name, exe.SpanKind, exe.Status)
 	}
-	digest, _ := middleware.Digest(procRead, input)
+	digest, _ := input.Digest(procRead)
 	wantAttrs(t, exe, map[string]any{
 		"rpc.method": "test.v1.Svc/Read", "agentsafe.execution_id": env.ExecutionID, "agentsafe.side_effect": "read",
 		"agentsafe.risk": "low", "agentsafe.input_digest": digest, "agentsafe.actor.id": agent.ID,
@@ -282,10 +292,10 @@ func TestSuccessSpanTree(t *testing.T) {
 }
 
 func TestRetrySpanTree(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
 		f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(2, time.Second)))
 		n := 0
-		_, env, err := f.eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) (any, error) {
+		_, env, err := execute(t.Context(), f.eng, procRead, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
 			if n++; n == 1 {
 				return nil, middleware.Retryable(errors.New("backend unavailable"))
 			}
@@ -318,11 +328,11 @@ func TestRetrySpanTree(t *testing.T) {
 }
 
 func TestTimeoutSpanTree(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
 		const proc = "/payments.v1.Payments/Charge"
 		f := newOtelFixture(t, middleware.NewRegistry().Register(proc, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: 50 * time.Millisecond}))
 		release := make(chan struct{})
-		_, env, err := f.eng.Execute(t.Context(), middleware.Call{Procedure: proc}, func(ctx context.Context) (any, error) {
+		_, env, err := execute(t.Context(), f.eng, proc, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
 			<-release // ignores its context: abandoned at the deadline
 			return "charged", nil
 		})
@@ -383,7 +393,7 @@ func TestApprovalFlow(t *testing.T) {
 	}), agentsafeotel.WithRPCSystem("connectrpc"))
 	runs := 0
 	call := func(approvalID string) middleware.Envelope {
-		_, env, _ := f.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRefund, Input: input, ApprovalID: approvalID}, func(context.Context) (any, error) {
+		_, env, _ := execute(as(t.Context(), agent), f.eng, procRefund, adapter.Call[any]{Input: input, ApprovalID: approvalID}, func(context.Context) (any, error) {
 			runs++
 			return nil, nil
 		})
@@ -412,7 +422,7 @@ func TestApprovalFlow(t *testing.T) {
 	// The decision, inside the approver's own request span.
 	f.clock.advance(90 * time.Second)
 	ctx, decideSpan := f.tp.Tracer("console").Start(t.Context(), "POST /api/approvals/{id}/decision")
-	if _, err := f.eng.Decide(ctx, req.ApprovalID, middleware.Decision{Approve: true, Approver: boss, Comment: "customer called; " + secret}); err != nil {
+	if _, err := f.eng.Decide(ctx, req.ApprovalID, store.Decision{Approve: true, Approver: boss, Comment: "customer called; " + secret}); err != nil {
 		t.Fatal(err)
 	}
 	decideSpan.End()
@@ -467,7 +477,7 @@ func TestApprovalFlow(t *testing.T) {
 
 func TestStreamSpan(t *testing.T) {
 	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true}))
-	env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) error { return nil })
+	env, err := adapter.ExecuteStream(t.Context(), adapter.Resolve(f.eng, procRead), adapter.Call[struct{}]{}, func(context.Context) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,11 +500,106 @@ func TestInstrumentationWithGlobalProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 	var recording bool
-	_, _, err = eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) (any, error) {
+	_, _, err = execute(t.Context(), eng, procRead, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
 		recording = trace.SpanFromContext(ctx).IsRecording()
 		return nil, nil
 	})
 	if err != nil || recording {
 		t.Errorf("with the global no-op provider: err %v, recording %t", err, recording)
 	}
+}
+
+// A net/http route is named in HTTP's semantic conventions, not RPC's:
+// http.route and http.request.method, on the span and the metric points.
+func TestNetHTTPRoutesGetHTTPAttributes(t *testing.T) {
+	const route = "POST /refunds/{id}"
+	f := newOtelFixture(t, middleware.NewRegistry().Register(route, readCap(0, time.Second)))
+	_, env, err := execute(as(t.Context(), agent), f.eng, route, adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := f.execution(env.ExecutionID)
+	wantAttrs(t, exe, map[string]any{"http.route": "/refunds/{id}", "http.request.method": "POST", "rpc.method": nil})
+	if n := sum(t, f.metrics(), "agentsafe.executions", semconv.HTTPRoute("/refunds/{id}"), semconv.HTTPRequestMethodKey.String("POST"),
+		attribute.String("agentsafe.code", "OK")); n != 1 {
+		t.Errorf("agentsafe.executions for the route = %d, want 1", n)
+	}
+}
+
+// The duration histogram has boundaries for RPC latencies, from a
+// millisecond up: not one bucket for everything under five seconds.
+func TestExecutionDurationHasRPCLatencyBuckets(t *testing.T) {
+	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(0, time.Second)))
+	execute(as(t.Context(), agent), f.eng, procRead, adapter.Call[any]{Input: input}, func(context.Context) (any, error) { return nil, nil })
+	h, ok := f.metrics()["agentsafe.execution.duration"].(metricdata.Histogram[float64])
+	if !ok || len(h.DataPoints) == 0 {
+		t.Fatalf("no agentsafe.execution.duration points")
+	}
+	bounds := h.DataPoints[0].Bounds
+	if len(bounds) < 10 || bounds[0] > 0.001 || !slices.Contains(bounds, 0.1) {
+		t.Errorf("duration bounds %v: want RPC latency buckets from 1ms", bounds)
+	}
+}
+
+// WithFilter leaves executions out of spans and metrics, and the
+// instrumentation scope carries the version.
+func TestFilterAndScopeVersion(t *testing.T) {
+	f := newOtelFixture(t, middleware.NewRegistry().Register(procRead, readCap(0, time.Second)).Register("/test.v1.Svc/Write", middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+		agentsafeotel.WithFilter(func(x middleware.ExecutionInfo) bool { return x.Procedure != procRead }))
+	execute(as(t.Context(), agent), f.eng, procRead, adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+	_, env, _ := execute(as(t.Context(), agent), f.eng, "/test.v1.Svc/Write", adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+	for _, s := range f.spans.GetSpans() {
+		if attrs(s)["rpc.method"].AsString() == strings.TrimPrefix(procRead, "/") {
+			t.Errorf("a filtered execution has span %q", s.Name)
+		}
+		if s.InstrumentationScope.Name == agentsafeotel.ScopeName && s.InstrumentationScope.Version != agentsafeotel.Version {
+			t.Errorf("span %q scope version %q, want %q", s.Name, s.InstrumentationScope.Version, agentsafeotel.Version)
+		}
+	}
+	f.execution(env.ExecutionID) // the other one is reported
+	if n := sum(t, f.metrics(), "agentsafe.executions", semconv.RPCMethod(strings.TrimPrefix(procRead, "/")), attribute.String("agentsafe.code", "OK")); n != 0 {
+		t.Errorf("a filtered execution counted in agentsafe.executions: %d", n)
+	}
+}
+
+// ObserveEngine reports the events an engine's sinks dropped.
+func TestDroppedEventsAreAMetric(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		inst, err := agentsafeotel.New(agentsafeotel.WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := make(chan struct{})
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, readCap(0, time.Second)), inst.EngineOption(), middleware.WithProtoFiles(nil),
+			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { <-block }), middleware.SinkTimeout(10*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inst.ObserveEngine(eng); err != nil {
+			t.Fatal(err)
+		}
+		execute(t.Context(), eng, procRead, adapter.Call[any]{}, func(context.Context) (any, error) { return nil, nil })
+		time.Sleep(time.Second)
+		close(block)
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		var dropped int64
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "agentsafe.events.dropped" {
+					for _, p := range s.DataPoints {
+						dropped += p.Value
+					}
+				}
+			}
+		}
+		if dropped != 2 {
+			t.Errorf("agentsafe.events.dropped = %d, want the stalled execution's 2 later events", dropped)
+		}
+		_ = mp.Shutdown(context.Background())
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -18,6 +17,9 @@ import (
 // abandoned_result events feed the metrics. Comments, error texts and
 // stacks are left out: they are text people or handlers wrote.
 func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
+	if ctx.Value(filteredKey{}) != nil || !i.keep(middleware.ExecutionInfo{ID: e.ExecutionID, Procedure: e.Procedure, Actor: e.Actor, SideEffect: e.SideEffect, Risk: e.Risk}) {
+		return
+	}
 	switch e.Type {
 	case middleware.EventApprovalRequested, middleware.EventApprovalConsumed, middleware.EventApprovalDenied:
 		i.spanEvent(ctx, e)
@@ -45,9 +47,8 @@ func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
 // metricAttrs are the low-cardinality attributes of a metric point: never
 // ids or digests.
 func (i *Instrumentation) metricAttrs(e middleware.Event, extra ...attribute.KeyValue) metric.MeasurementOption {
-	attrs := make([]attribute.KeyValue, 0, len(i.system)+1+len(extra))
-	attrs = append(attrs, i.system...)
-	attrs = append(attrs, semconv.RPCMethod(rpcMethod(e.Procedure)))
+	attrs := make([]attribute.KeyValue, 0, len(i.system)+2+len(extra))
+	attrs = append(append(attrs, i.system...), procedureAttrs(e.Procedure)...)
 	attrs = append(attrs, extra...)
 	return metric.WithAttributes(attrs...)
 }
@@ -67,10 +68,12 @@ func (i *Instrumentation) spanEvent(ctx context.Context, e middleware.Event) {
 		attrs = append(attrs, keyApproverID.String(e.Approver.ID))
 	case middleware.EventApproved, middleware.EventRejected:
 		attrs = append(attrs,
-			semconv.RPCMethod(rpcMethod(e.Procedure)),
 			keyExecutionID.String(e.ExecutionID), // the execution that requested it
 			keyApproverID.String(e.Approver.ID),
 		)
+	}
+	if e.Type == middleware.EventApproved || e.Type == middleware.EventRejected {
+		attrs = append(attrs, procedureAttrs(e.Procedure)...)
 	}
 	span.AddEvent(string(e.Type), trace.WithAttributes(attrs...), trace.WithTimestamp(e.Time))
 }

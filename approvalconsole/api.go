@@ -1,14 +1,20 @@
 package approvalconsole
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // Approval is one approval record as the API shows it: what an approver
@@ -48,11 +54,14 @@ func person(a middleware.Actor) Person {
 }
 
 // Session is what GET /api/session returns: who the console takes the
-// caller for, and the token their decisions must carry in TokenHeader.
+// caller for, the token their decisions must carry in TokenHeader, and
+// how often the page polls the pending list (see [WithPollInterval]).
 type Session struct {
 	Approver    Person `json:"approver"`
 	Token       string `json:"csrfToken"`
 	TokenHeader string `json:"csrfHeader"`
+	// PollMillis is the page's poll interval in milliseconds.
+	PollMillis int64 `json:"pollMillis"`
 }
 
 // DecisionRequest is the body of POST /api/approvals/{id}/decision.
@@ -75,19 +84,19 @@ const (
 	maxComment = 2000
 )
 
-func (c *console) view(rec middleware.ApprovalRecord) string {
+func (c *console) view(rec store.ApprovalRecord) string {
 	if c.cfg.redact != nil {
 		return c.cfg.redact(rec)
 	}
 	return rec.View
 }
 
-func (c *console) approval(rec middleware.ApprovalRecord, approver middleware.Actor) Approval {
+func (c *console) approval(rec store.ApprovalRecord, approver middleware.Actor) Approval {
 	a := Approval{
 		ID: rec.ID, Procedure: rec.Procedure, Type: rec.Type, Requester: person(rec.Requester),
-		Reasons: rec.Reasons, View: c.view(rec), Effect: rec.SideEffect.String(), Risk: rec.Risk.String(),
+		Reasons: rec.Reasons, View: c.view(rec), Effect: rec.SideEffect, Risk: rec.Risk,
 		Status: rec.Status.String(), Requested: rec.RequestedAt, Expires: rec.ExpiresAt,
-		SelfRequested: errors.Is(middleware.CheckApprover(rec.Requester, approver, false), middleware.ErrSelfApproval),
+		SelfRequested: errors.Is(store.CheckApprover(rec.Requester, approver, false), store.ErrSelfApproval),
 	}
 	if a.Reasons == nil {
 		a.Reasons = []string{}
@@ -118,7 +127,7 @@ func (c *console) session(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	reply(w, http.StatusOK, Session{Approver: person(a), Token: c.token(r, a), TokenHeader: TokenHeader})
+	reply(w, http.StatusOK, Session{Approver: person(a), Token: c.token(r, a), TokenHeader: TokenHeader, PollMillis: max(c.cfg.poll.Milliseconds(), 1)})
 }
 
 func (c *console) list(w http.ResponseWriter, r *http.Request) {
@@ -126,25 +135,73 @@ func (c *console) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	store := c.eng.Approvals()
-	if store == nil {
-		unavailable(w)
-		return
-	}
-	recs, err := store.List(r.Context(), middleware.ApprovalFilter{Status: middleware.ApprovalPending})
+	// The engine's List sees only its audience, and the store filters by
+	// tenant before its limit: another tenant's records never take a place.
+	recs, err := c.eng.List(r.Context(), store.ApprovalFilter{Tenant: a.Tenant, Status: store.ApprovalPending})
 	if err != nil {
 		unavailable(w)
 		return
 	}
 	out := make([]Approval, 0, len(recs))
 	for _, rec := range recs {
-		if rec.Requester.Tenant == a.Tenant { // another tenant's requests are not theirs to see
+		if rec.Requester.Tenant == a.Tenant { // should a store ignore the tenant, it still leaks nothing
 			out = append(out, c.approval(rec, a))
 		}
+	}
+	tag := listETag(a, out)
+	w.Header().Set("ETag", tag)
+	if etagMatch(r.Header.Values("If-None-Match"), tag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
 	}
 	reply(w, http.StatusOK, struct {
 		Approvals []Approval `json:"approvals"`
 	}{out})
+}
+
+// listETag is the strong validator of a pending list: a hash of whom it
+// is for (selfRequested depends on the approver and whom they act for)
+// and of the id, status and decision time of each approval in it, in
+// order. Everything else an Approval shows is fixed when the request is
+// made.
+func listETag(approver middleware.Actor, list []Approval) string {
+	h := sha256.New()
+	field := func(s string) {
+		h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(s))))
+		h.Write([]byte(s))
+	}
+	field("agentsafe approval console list v1")
+	field(approver.Tenant)
+	field(approver.ID)
+	field(strconv.Itoa(len(approver.OnBehalfOf)))
+	for _, id := range approver.OnBehalfOf {
+		field(id)
+	}
+	for _, a := range list {
+		field(a.ID)
+		field(a.Status)
+		if a.Decided != nil {
+			field(a.Decided.UTC().Format(time.RFC3339Nano))
+		} else {
+			field("")
+		}
+	}
+	return `"` + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:18]) + `"`
+}
+
+// etagMatch reports whether an If-None-Match header (all its lines) names
+// tag, or is "*". If-None-Match compares weakly (RFC 9110, 13.1.2), so a
+// W/ prefix does not matter.
+func etagMatch(lines []string, tag string) bool {
+	for _, line := range lines {
+		for t := range strings.SplitSeq(line, ",") {
+			t = strings.TrimSpace(t)
+			if t == "*" || strings.TrimPrefix(t, "W/") == tag {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *console) get(w http.ResponseWriter, r *http.Request) {
@@ -159,26 +216,19 @@ func (c *console) get(w http.ResponseWriter, r *http.Request) {
 	reply(w, http.StatusOK, c.approval(rec, a))
 }
 
-// record reads the record named in the path, as a's to see, or answers.
-func (c *console) record(w http.ResponseWriter, r *http.Request, a middleware.Actor) (middleware.ApprovalRecord, bool) {
-	id := r.PathValue("id")
-	store := c.eng.Approvals()
-	if store == nil {
-		unavailable(w)
-		return middleware.ApprovalRecord{}, false
-	}
-	if !middleware.ValidApprovalID(id) {
-		fail(w, http.StatusNotFound, "not_found", "no such approval")
-		return middleware.ApprovalRecord{}, false
-	}
-	rec, err := store.Get(r.Context(), id)
+// record reads the record named in the path, as a's to see, or answers:
+// through the engine, which sees only its audience (a record of another
+// deployment sharing the store, like a malformed id, is not found), and
+// only in a's tenant.
+func (c *console) record(w http.ResponseWriter, r *http.Request, a middleware.Actor) (store.ApprovalRecord, bool) {
+	rec, err := c.eng.Get(r.Context(), r.PathValue("id"))
 	switch {
-	case errors.Is(err, middleware.ErrApprovalNotFound) || err == nil && rec.Requester.Tenant != a.Tenant:
+	case errors.Is(err, store.ErrApprovalNotFound) || err == nil && rec.Requester.Tenant != a.Tenant:
 		fail(w, http.StatusNotFound, "not_found", "no such approval")
-		return middleware.ApprovalRecord{}, false
+		return store.ApprovalRecord{}, false
 	case err != nil:
 		unavailable(w)
-		return middleware.ApprovalRecord{}, false
+		return store.ApprovalRecord{}, false
 	}
 	return rec, true
 }
@@ -217,7 +267,7 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 	if _, ok := c.record(w, r, a); !ok {
 		return
 	}
-	rec, err := c.eng.Decide(r.Context(), r.PathValue("id"), middleware.Decision{Approve: *body.Approve, Approver: a, Comment: body.Comment})
+	rec, err := c.eng.Decide(r.Context(), r.PathValue("id"), store.Decision{Approve: *body.Approve, Approver: a, Comment: body.Comment})
 	if err != nil {
 		decisionError(w, err)
 		return
@@ -229,15 +279,15 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 // the store checks before it writes, in one step.
 func decisionError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, middleware.ErrSelfApproval):
+	case errors.Is(err, store.ErrSelfApproval):
 		fail(w, http.StatusForbidden, "self_approval", "you may not decide a request you made or that was made on your behalf (self-approval is refused)")
-	case errors.Is(err, middleware.ErrApproverNotAllowed):
+	case errors.Is(err, store.ErrApproverNotAllowed):
 		fail(w, http.StatusForbidden, "approver_not_allowed", "you are not allowed to decide this approval")
-	case errors.Is(err, middleware.ErrApprovalNotFound):
+	case errors.Is(err, store.ErrApprovalNotFound):
 		fail(w, http.StatusNotFound, "not_found", "no such approval")
-	case errors.Is(err, middleware.ErrApprovalExpired):
+	case errors.Is(err, store.ErrApprovalExpired):
 		fail(w, http.StatusConflict, "expired", "the approval expired before it was decided")
-	case errors.Is(err, middleware.ErrNotPending):
+	case errors.Is(err, store.ErrNotPending):
 		fail(w, http.StatusConflict, "not_pending", "the approval is no longer pending: it was decided already")
 	default:
 		unavailable(w)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 func TestListShowsThePendingApprovalsOfTheApproversTenant(t *testing.T) {
@@ -57,7 +58,7 @@ func TestGetShowsOneApproval(t *testing.T) {
 	}{
 		{"pending, to a manager of the tenant", "s-bob", id, http.StatusOK},
 		{"another tenant's", "s-bob", foreign, http.StatusNotFound},
-		{"unknown", "s-bob", middleware.NewApprovalID(), http.StatusNotFound},
+		{"unknown", "s-bob", store.NewApprovalID(), http.StatusNotFound},
 		{"malformed", "s-bob", "apr_nope", http.StatusNotFound},
 		{"unauthorized", "", id, http.StatusUnauthorized},
 	} {
@@ -91,7 +92,7 @@ func TestApproveThroughTheAPIThenTheAgentResumesOnce(t *testing.T) {
 		t.Errorf("decision reply %s", r.body)
 	}
 	rec := e.record(id)
-	if rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called" {
+	if rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called" {
 		t.Fatalf("record after approving: %+v", rec)
 	}
 	if evs := e.rec.Events(); evs[len(evs)-1].Type != middleware.EventApproved || evs[len(evs)-1].Duration != 2*time.Minute {
@@ -115,7 +116,7 @@ func TestRejectThroughTheAPI(t *testing.T) {
 	if r := e.decide("s-bob", id, false, "amount too high"); r.status != http.StatusOK {
 		t.Fatalf("reject: %d %s", r.status, r.body)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalRejected {
+	if rec := e.record(id); rec.Status != store.ApprovalRejected {
 		t.Fatalf("record %s, want rejected", rec.Status)
 	}
 	if _, err := e.call(agent, "42", id); middleware.CodeOf(err) != middleware.CodeApprovalRejected || e.runs.Load() != 0 {
@@ -160,7 +161,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 			if tc.code == "self_approval" && !strings.Contains(string(r.body), "self-approval") {
 				t.Errorf("the refusal must name the rule: %s", r.body)
 			}
-			if rec := e.record(id); rec.Status != middleware.ApprovalPending || !rec.DecidedAt.IsZero() || rec.Comment != "" {
+			if rec := e.record(id); rec.Status != store.ApprovalPending || !rec.DecidedAt.IsZero() || rec.Comment != "" {
 				t.Fatalf("a refused decision changed the record: %+v", rec)
 			}
 			if n := e.decisions(); n != 0 {
@@ -186,7 +187,7 @@ func TestDecidedOnceOnly(t *testing.T) {
 	if r.status != http.StatusConflict || r.errorCode() != "not_pending" {
 		t.Errorf("a second, different decision: %d %s, want 409 not_pending", r.status, r.body)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID {
+	if rec := e.record(id); rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID {
 		t.Errorf("record after a refused second decision: %+v", rec)
 	}
 }
@@ -199,14 +200,14 @@ func TestExpiredCannotBeDecided(t *testing.T) {
 	if r.status != http.StatusConflict || r.errorCode() != "expired" {
 		t.Fatalf("deciding an expired approval: %d %s, want 409 expired", r.status, r.body)
 	}
-	if rec := e.record(id); rec.Status != middleware.ApprovalExpired || !rec.DecidedAt.IsZero() {
+	if rec := e.record(id); rec.Status != store.ApprovalExpired || !rec.DecidedAt.IsZero() {
 		t.Fatalf("record %+v", rec)
 	}
 }
 
 func TestRedactionOption(t *testing.T) {
-	e := newEnv(t, approvalconsole.WithRedaction(func(rec middleware.ApprovalRecord) string {
-		return "a " + rec.Risk.String() + "-risk refund"
+	e := newEnv(t, approvalconsole.WithRedaction(func(rec store.ApprovalRecord) string {
+		return "a " + rec.Risk + "-risk refund"
 	}))
 	id := e.requested(agent, "42")
 	r := e.do(req{method: "GET", path: "/api/approvals/" + id, session: "s-bob"})
@@ -301,5 +302,124 @@ func TestTrustedOriginMayDecide(t *testing.T) {
 		header: map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://admin.example"}})
 	if r.status != http.StatusOK {
 		t.Fatalf("the trusted origin: %d %s, want 200", r.status, r.body)
+	}
+}
+
+// TestTokenHeaderIsAgentsafeCsrfToken: the decision token travels in
+// Agentsafe-Csrf-Token, as every agentsafe header is named, not X-….
+func TestTokenHeaderIsAgentsafeCsrfToken(t *testing.T) {
+	const name = "Agentsafe-Csrf-Token"
+	if approvalconsole.TokenHeader != name {
+		t.Fatalf("TokenHeader is %q, want %q", approvalconsole.TokenHeader, name)
+	}
+	e := newEnv(t)
+	r := e.do(req{method: "GET", path: "/api/session", session: "s-bob"})
+	var s approvalconsole.Session
+	if err := json.Unmarshal(r.body, &s); err != nil || s.TokenHeader != name {
+		t.Fatalf("the session tells the page to send the token in %q (%v), want %q", s.TokenHeader, err, name)
+	}
+	id := e.requested(agent, "42")
+	path := "/api/approvals/" + id + "/decision"
+	r = e.do(req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{"X-Agentsafe-Csrf-Token": s.Token, "Sec-Fetch-Site": "same-origin"}})
+	if r.status != http.StatusForbidden || r.errorCode() != "csrf_token" {
+		t.Fatalf("the token in the old X- header: %d %s, want 403 csrf_token", r.status, r.body)
+	}
+	if rec := e.record(id); rec.Status != store.ApprovalPending {
+		t.Fatalf("a refused decision changed the record: %s", rec.Status)
+	}
+	r = e.do(req{method: "POST", path: path, session: "s-bob", contentType: "application/json", body: `{"approve":true}`,
+		header: map[string]string{name: s.Token, "Sec-Fetch-Site": "same-origin"}})
+	if r.status != http.StatusOK {
+		t.Fatalf("the token in %s: %d %s, want 200", name, r.status, r.body)
+	}
+}
+
+// TestListAnswers304WhileItsETagMatches: the pending list carries a strong
+// ETag over what it returns; If-None-Match with it gets 304 and no body
+// until the list changes (a new request, a decision, an expiry), and each
+// approver's list has its own.
+func TestListAnswers304WhileItsETagMatches(t *testing.T) {
+	e := newEnv(t)
+	first := e.requested(agent, "42")
+	list := func(session, ifNoneMatch string) resp {
+		t.Helper()
+		r := req{method: "GET", path: "/api/approvals", session: session}
+		if ifNoneMatch != "" {
+			r.header = map[string]string{"If-None-Match": ifNoneMatch}
+		}
+		return e.do(r)
+	}
+	fresh := func(session, ifNoneMatch, why string) string {
+		t.Helper()
+		r := list(session, ifNoneMatch)
+		tag := r.header.Get("ETag")
+		if r.status != http.StatusOK || len(r.body) == 0 {
+			t.Fatalf("%s: %d %q, want 200 with the list", why, r.status, r.body)
+		}
+		if !strings.HasPrefix(tag, `"`) || !strings.HasSuffix(tag, `"`) || len(tag) < 3 {
+			t.Fatalf("%s: ETag %q, want a strong (quoted, not W/) entity tag", why, tag)
+		}
+		if tag == ifNoneMatch {
+			t.Fatalf("%s: the ETag did not change", why)
+		}
+		return tag
+	}
+	unchanged := func(session, tag, ifNoneMatch, why string) {
+		t.Helper()
+		r := list(session, ifNoneMatch)
+		if r.status != http.StatusNotModified || len(r.body) != 0 || r.header.Get("ETag") != tag {
+			t.Fatalf("%s: %d %q ETag %q, want 304 with no body and the same ETag", why, r.status, r.body, r.header.Get("ETag"))
+		}
+	}
+
+	tag := fresh("s-bob", "", "the first list")
+	unchanged("s-bob", tag, tag, "nothing changed")
+	unchanged("s-bob", tag, `"other", `+tag, "one of several tags")
+	unchanged("s-bob", tag, "W/"+tag, "the weak form (If-None-Match compares weakly)")
+	if r := list("s-bob", `"something else"`); r.status != http.StatusOK {
+		t.Fatalf("another tag: %d, want 200", r.status)
+	}
+	if r := list("", tag); r.status != http.StatusUnauthorized {
+		t.Fatalf("without a session, even with the tag: %d, want 401", r.status)
+	}
+	if alices := fresh("s-alice", "", "alice's list"); alices == tag {
+		t.Fatal("alice's list (selfRequested) has bob's ETag")
+	}
+
+	second := e.requested(agent, "43")
+	tag = fresh("s-bob", tag, "after a new request")
+	_ = e.requested(other, "44")
+	unchanged("s-bob", tag, tag, "after another tenant's request")
+	if r := e.decide("s-carol", first, true, "ok"); r.status != http.StatusOK {
+		t.Fatalf("carol approves: %d %s", r.status, r.body)
+	}
+	tag = fresh("s-bob", tag, "after a decision")
+	e.advance(16 * time.Minute)
+	tag = fresh("s-bob", tag, "after the last pending request expired")
+	if got := e.listed("s-bob"); len(got) != 0 {
+		t.Fatalf("bob lists %v after %s expired", got, second)
+	}
+	unchanged("s-bob", tag, tag, "an empty list, unchanged")
+}
+
+// TestSessionTellsThePageHowOftenToPoll: every 5 s by default.
+func TestSessionTellsThePageHowOftenToPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []approvalconsole.Option
+		want int64
+	}{
+		{"default", nil, 5000},
+		{"WithPollInterval", []approvalconsole.Option{approvalconsole.WithPollInterval(250 * time.Millisecond)}, 250},
+		{"not positive", []approvalconsole.Option{approvalconsole.WithPollInterval(0)}, 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.opts...)
+			var s approvalconsole.Session
+			if err := json.Unmarshal(e.do(req{method: "GET", path: "/api/session", session: "s-bob"}).body, &s); err != nil || s.PollMillis != tc.want {
+				t.Fatalf("pollMillis %d (%v), want %d", s.PollMillis, err, tc.want)
+			}
+		})
 	}
 }

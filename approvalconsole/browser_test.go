@@ -3,16 +3,19 @@ package approvalconsole_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -135,7 +138,7 @@ func TestBrowserApproverApprovesAndTheAgentResumesOnce(t *testing.T) {
 	screenshot(t, ctx, "console-approved.png")
 
 	rec := e.record(id)
-	if rec.Status != middleware.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called, refund ok" {
+	if rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID || rec.Comment != "customer called, refund ok" {
 		t.Fatalf("the record after the click: %+v", rec)
 	}
 	if e.runs.Load() != 0 {
@@ -169,7 +172,230 @@ func TestBrowserApproverApprovesAndTheAgentResumesOnce(t *testing.T) {
 	if !strings.Contains(refusal, "self-approval is refused") {
 		t.Errorf("the page's refusal %q does not name the rule", refusal)
 	}
-	if rec := e.record(next); rec.Status != middleware.ApprovalPending {
+	if rec := e.record(next); rec.Status != store.ApprovalPending {
 		t.Errorf("a refused self-approval changed the record: %s", rec.Status)
+	}
+}
+
+// basicAuth is a login the way the demo's is: a browser is challenged for
+// basic-auth credentials before it reaches the console, and the console's
+// Authorizer reads them (user name = password, for the test).
+func basicAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := r.BasicAuth(); !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="approval console"`)
+			http.Error(w, "sign in", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func authorizeBasic(r *http.Request) (middleware.Actor, error) {
+	user, pass, ok := r.BasicAuth()
+	if a, known := sessions["s-"+user]; ok && known && pass == user {
+		return a, nil
+	}
+	return middleware.Actor{}, errors.New("unknown user")
+}
+
+// TestBrowserWorksWithCredentialsInTheURL: opened at
+// http://bob:bob@host/console/, the page's API calls must not inherit the
+// credentials from its URL (fetch refuses a URL with userinfo), and bob
+// can decide.
+func TestBrowserWorksWithCredentialsInTheURL(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	id := e.requested(agent, "42")
+	mux := http.NewServeMux()
+	mux.Handle("/console/", basicAuth(http.StripPrefix("/console", approvalconsole.New(e.eng, authorizeBasic))))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	card := `.approval[data-id="` + id + `"]`
+	withCredentials := strings.Replace(srv.URL, "http://", "http://bob:bob@", 1) + "/console/"
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(withCredentials),
+		chromedp.WaitVisible(chromedp.CSS(card+`, #notice:not([hidden])`)),
+	)
+	if err != nil {
+		t.Fatalf("the page at %s showed neither the approval nor a notice: %v", withCredentials, err)
+	}
+	if notice, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#notice").hidden ? "" : document.querySelector("#notice").textContent`)); notice != "" {
+		t.Fatalf("the page at a URL with credentials says: %s", notice)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(card+" .status.approved, "+card+" .status.error")),
+	)
+	if err != nil {
+		t.Fatalf("approving at a URL with credentials: %v", err)
+	}
+	if status, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .status"))); status != "approved by bob" {
+		t.Fatalf("status line %q, want approved by bob", status)
+	}
+	if rec := e.record(id); rec.Status != store.ApprovalApproved || rec.Approver.ID != bob.ID {
+		t.Fatalf("the record after the click: %+v", rec)
+	}
+}
+
+// statuses counts the responses of each status code next serves.
+type statuses struct {
+	next        http.Handler
+	notModified chan struct{} // one value per 304, dropped when nobody waits
+}
+
+func (s *statuses) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &statusWriter{ResponseWriter: w}
+	s.next.ServeHTTP(rec, r)
+	if rec.status == http.StatusNotModified {
+		select {
+		case s.notModified <- struct{}{}:
+		default:
+		}
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+// appears waits, without reloading the page, until selector matches.
+func appears(selector string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](`document.querySelector(`+strconv.Quote(selector)+`) !== null`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))
+}
+
+// TestBrowserPendingListRefreshesItself: a request made after the page
+// loaded appears without a reload, a request decided elsewhere says so,
+// a comment being typed survives, and an unchanged list costs a 304.
+func TestBrowserPendingListRefreshesItself(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	first := e.requested(agent, "42")
+	counted := &statuses{notModified: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize, approvalconsole.WithPollInterval(200*time.Millisecond))))
+	counted.next = mux
+	srv := httptest.NewServer(counted)
+	defer srv.Close()
+
+	firstCard := `.approval[data-id="` + first + `"]`
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(firstCard)),
+		chromedp.SendKeys(chromedp.CSS(firstCard+" textarea.comment"), "checking with the customer"),
+	)
+	if err != nil {
+		t.Fatalf("the first approval: %v", err)
+	}
+
+	next := e.requested(agent, "43")
+	if err := chromedp.Do(ctx, appears(`.approval[data-id="`+next+`"]`)); err != nil {
+		t.Fatalf("a request made after the page loaded did not appear without a reload: %v", err)
+	}
+	comment, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(firstCard+" textarea.comment")+`).value`))
+	if err != nil || comment != "checking with the customer" {
+		t.Fatalf("the comment being typed is %q after a poll (%v), want it kept", comment, err)
+	}
+	select {
+	case <-counted.notModified:
+	case <-ctx.Done():
+		t.Fatal("the page never polled with If-None-Match, or never got a 304 for an unchanged list")
+	}
+
+	if r := e.decide("s-carol", first, false, "duplicate"); r.status != http.StatusOK {
+		t.Fatalf("carol rejects: %d %s", r.status, r.body)
+	}
+	if err := chromedp.Do(ctx, appears(firstCard+" .status.rejected")); err != nil {
+		t.Fatalf("a request decided elsewhere still looks pending: %v", err)
+	}
+	status, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(firstCard+" .status")))
+	if status != "rejected by carol: duplicate" {
+		t.Errorf("status line %q, want carol's rejection", status)
+	}
+	disabled, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector(`+strconv.Quote(firstCard+" button.approve")+`).disabled`))
+	if !disabled {
+		t.Error("the approve button of a rejected request is still enabled")
+	}
+}
+
+// TestBrowserPendingListRefreshesOnFocus: with a poll interval far away,
+// the window getting the focus asks for the list.
+func TestBrowserPendingListRefreshesOnFocus(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	first := e.requested(agent, "42")
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize, approvalconsole.WithPollInterval(time.Hour))))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(`.approval[data-id="`+first+`"]`)),
+	)
+	if err != nil {
+		t.Fatalf("the first approval: %v", err)
+	}
+	next := e.requested(agent, "43")
+	err = chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`window.dispatchEvent(new FocusEvent("focus"))`),
+		appears(`.approval[data-id="`+next+`"]`),
+	)
+	if err != nil {
+		t.Fatalf("a request made after the page loaded did not appear on focus: %v", err)
+	}
+}
+
+// TestBrowserShowsServerTextAsTextNeverHTML: markup in what the server
+// sends (the input's view, a requester's id, another approver's comment,
+// read by a poll) is shown as text; no element is made of it.
+func TestBrowserShowsServerTextAsTextNeverHTML(t *testing.T) {
+	const probe = `<img src="x" class="xss" onerror="window.xss=1">`
+	ctx := browser(t)
+	e := newEnv(t)
+	requester := agent
+	requester.ID = "agent " + probe
+	id := e.requested(requester, "42")
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize,
+		approvalconsole.WithRedaction(func(store.ApprovalRecord) string { return "view " + probe }),
+		approvalconsole.WithPollInterval(100*time.Millisecond))))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	card := `.approval[data-id="` + id + `"]`
+	err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(card)),
+	)
+	if err != nil {
+		t.Fatalf("the approval did not appear: %v", err)
+	}
+	if r := e.decide("s-carol", id, false, "comment "+probe); r.status != http.StatusOK {
+		t.Fatalf("carol rejects: %d %s", r.status, r.body)
+	}
+	if err := chromedp.Do(ctx, appears(card+" .status.rejected")); err != nil {
+		t.Fatalf("the rejection did not show: %v", err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"view " + probe, "agent " + probe, "comment " + probe} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the card does not show %q as text:\n%s", want, text)
+		}
+	}
+	made, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("img, .xss") !== null || window.xss === 1`))
+	if err != nil || made {
+		t.Fatalf("markup from the server became an element (%v)", err)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 //go:embed assets
@@ -20,18 +22,22 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	redact  func(middleware.ApprovalRecord) string
+	redact  func(store.ApprovalRecord) string
 	key     []byte
 	session func(*http.Request) string
 	origins []string
+	poll    time.Duration
 }
+
+// defaultPoll is how often the page asks for the pending list again.
+const defaultPoll = 5 * time.Second
 
 // WithRedaction sets what approvers see of a record's input: redact
 // receives the record and returns the text to show. By default the console
 // shows the record's View as stored, which the engine's
 // middleware.WithApprovalView already rendered and redacted; the raw input
 // is never available to the console, only that view.
-func WithRedaction(redact func(rec middleware.ApprovalRecord) string) Option {
+func WithRedaction(redact func(rec store.ApprovalRecord) string) Option {
 	return optionFunc(func(c *config) { c.redact = redact })
 }
 
@@ -57,6 +63,15 @@ func WithSession(session func(*http.Request) string) Option {
 // by default. The token is still required.
 func WithTrustedOrigin(origin string) Option {
 	return optionFunc(func(c *config) { c.origins = append(c.origins, origin) })
+}
+
+// WithPollInterval sets how often the page asks for the pending list
+// again, so that new requests appear without a reload; it also asks
+// whenever its window gets the focus. Each poll sends the list's last ETag
+// in If-None-Match, so an unchanged list costs a 304 with no body. By
+// default (or when d is not positive) the page polls every 5 seconds.
+func WithPollInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.poll = d })
 }
 
 // Authorizer returns the approver a request is from, from the application's
@@ -91,6 +106,9 @@ func New(eng *middleware.Engine, authorize Authorizer, opts ...Option) http.Hand
 		if o != nil {
 			o.apply(&c.cfg)
 		}
+	}
+	if c.cfg.poll <= 0 {
+		c.cfg.poll = defaultPoll
 	}
 	if len(c.cfg.key) == 0 {
 		c.cfg.key = make([]byte, 32)

@@ -10,8 +10,10 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
-// TokenHeader is the request header a decision carries its token in.
-const TokenHeader = "X-Agentsafe-Csrf-Token"
+// TokenHeader is the request header a decision carries its token in. Like
+// agentsafe's other headers (Agentsafe-Approval-Id, Agentsafe-Execution-Id)
+// it has no "X-" prefix (RFC 6648).
+const TokenHeader = "Agentsafe-Csrf-Token"
 
 // token is the approver's decision token: an HMAC under the console's key
 // of the approver's tenant and id (and session, with WithSession),

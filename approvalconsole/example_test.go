@@ -12,6 +12,7 @@ import (
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // An agent's refund waits for a manager; the manager approves it through
@@ -23,6 +24,7 @@ func Example() {
 		Approval:   middleware.Approval{Required: true, Type: "manager"},
 	})
 	eng, err := middleware.New(reg,
+		middleware.WithProtoFiles(nil), // the example links no generated code for its procedure
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithActor(func(ctx context.Context) (middleware.Actor, error) {
 			return ctx.Value(callerKey{}).(middleware.Actor), nil
@@ -62,11 +64,14 @@ func Example() {
 		return res.StatusCode
 	}
 
-	// The agent asks; nothing runs yet.
+	// The agent asks; nothing runs yet. (An application's calls come
+	// through an adapter, connectadapter or nethttpadapter; here the call
+	// is handed to the engine as an adapter does.)
 	agent := context.WithValue(context.Background(), callerKey{}, middleware.Actor{ID: "agent-7", Tenant: "acme", Kind: "agent"})
-	call := middleware.Call{Procedure: "/orders.v1.Orders/Refund", Input: middleware.JSONInput([]byte(`{"order":"42"}`))}
-	refund := func(context.Context) (any, error) { return "refunded", nil }
-	_, env, err := eng.Execute(agent, call, refund)
+	route := adapter.Resolve(eng, "/orders.v1.Orders/Refund")
+	call := adapter.Call[string]{Input: adapter.JSONInput([]byte(`{"order":"42"}`))}
+	refund := func(context.Context) (string, error) { return "refunded", nil }
+	_, env, err := adapter.Execute(agent, route, call, refund)
 	fmt.Println(middleware.CodeOf(err))
 
 	// The manager lists what waits, and approves it.
@@ -87,7 +92,7 @@ func Example() {
 
 	// The agent resumes with the approval id: the refund runs.
 	call.ApprovalID = env.ApprovalID
-	v, _, err := eng.Execute(agent, call, refund)
+	v, _, err := adapter.Execute(agent, route, call, refund)
 	fmt.Println(v, err)
 	// Output:
 	// APPROVAL_REQUIRED

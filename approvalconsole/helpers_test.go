@@ -15,13 +15,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 const procRefund = "/orders.v1.Orders/Refund"
 
@@ -66,8 +70,8 @@ func actorOf(ctx context.Context) (middleware.Actor, error) {
 // secret is in the refund input; approvers never see it.
 const secret = "4111-1111-1111-1111"
 
-func refundInput(order string) middleware.Input {
-	return middleware.JSONInput([]byte(`{"order":"` + order + `","amount":120,"card":"` + secret + `"}`))
+func refundInput(order string) adapter.Input {
+	return adapter.JSONInput([]byte(`{"order":"` + order + `","amount":120,"card":"` + secret + `"}`))
 }
 
 // redactedView shows the order and amount and hides the card, as an
@@ -89,7 +93,7 @@ type env struct {
 	t     *testing.T
 	eng   *middleware.Engine
 	store *approvalstore.Memory
-	rec   *middleware.EventRecorder
+	rec   *agentsafetest.Recorder
 	srv   *httptest.Server
 	runs  atomic.Int32
 	mu    sync.Mutex
@@ -98,15 +102,26 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...approvalconsole.Option) *env {
 	t.Helper()
-	e := &env{t: t, rec: &middleware.EventRecorder{}, now: time.Now().Truncate(time.Second)}
+	return newEnvFor(t, "", nil, opts...)
+}
+
+// newEnvFor is newEnv for an engine of audience, on shared's store and
+// clock when shared is not nil: two deployments sharing one store.
+func newEnvFor(t *testing.T, audience string, shared *env, opts ...approvalconsole.Option) *env {
+	t.Helper()
+	e := &env{t: t, rec: &agentsafetest.Recorder{}, now: time.Now().Truncate(time.Second)}
 	e.store = approvalstore.NewMemory(approvalstore.WithClock(e.clock))
+	if shared != nil {
+		e.store = shared.store
+	}
 	reg := middleware.NewRegistry().Register(procRefund, middleware.Capability{
 		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
 		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute},
 	})
 	var err error
 	e.eng, err = middleware.New(reg, middleware.WithApprovalStore(e.store), middleware.WithActor(actorOf),
-		middleware.WithApprovalView(redactedView), middleware.WithEventSink(e.rec), middleware.WithProtoFiles(nil))
+		middleware.WithApprovalView(redactedView), middleware.WithEventSink(e.rec), middleware.WithProtoFiles(nil),
+		middleware.WithAudience(audience))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +134,11 @@ func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now
 
 func (e *env) advance(d time.Duration) { e.mu.Lock(); e.now = e.now.Add(d); e.mu.Unlock() }
 
-// call is the agent's refund, with an approval id on resume.
+// call is the agent's refund, with an approval id on resume, as an
+// adapter hands it to the engine.
 func (e *env) call(actor middleware.Actor, order, approvalID string) (middleware.Envelope, error) {
-	_, envl, err := e.eng.Execute(as(e.t.Context(), actor), middleware.Call{Procedure: procRefund, Input: refundInput(order), ApprovalID: approvalID}, func(context.Context) (any, error) {
+	route := adapter.Resolve(e.eng, procRefund)
+	_, envl, err := adapter.Execute(as(e.t.Context(), actor), route, adapter.Call[string]{Input: refundInput(order), ApprovalID: approvalID}, func(context.Context) (string, error) {
 		e.runs.Add(1)
 		return "refunded", nil
 	})
@@ -138,7 +155,7 @@ func (e *env) requested(actor middleware.Actor, order string) string {
 	return envl.ApprovalID
 }
 
-func (e *env) record(id string) middleware.ApprovalRecord {
+func (e *env) record(id string) store.ApprovalRecord {
 	e.t.Helper()
 	rec, err := e.store.Get(context.Background(), id)
 	if err != nil {

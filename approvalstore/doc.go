@@ -1,12 +1,12 @@
 // Package approvalstore holds the implementations of
-// [middleware.ApprovalStore]: [Memory], the embedded default for one
+// [store.ApprovalStore]: [Memory], the embedded default for one
 // process, and [Redis], which makes an approval execute at most once across
 // every server instance that shares a Redis deployment.
 //
 //	store := approvalstore.NewMemory()
 //	eng, err := middleware.New(reg, middleware.WithApprovalStore(store), middleware.WithActor(actorOf))
 //
-// Both apply the same rules (see the contract on middleware.ApprovalStore),
+// Both apply the same rules (see the contract on store.ApprovalStore),
 // and both pass conformance.RunStore. Never fall back from Redis to memory
 // silently: a store that fails makes the engine fail closed.
 //
@@ -19,7 +19,8 @@
 // (redis.NewClient), a Sentinel-managed primary (redis.NewFailoverClient,
 // which follows failovers), or a Cluster (redis.NewClusterClient). Each
 // record is one hash whose key is its own hash tag, and every decision on
-// it (Decide, Consume, RecordOutcome) is one Lua script over that one key,
+// it (Decide, Consume, Release, RecordOutcome) is one Lua script over that
+// one key,
 // with all checks before its single write; so a Cluster needs no
 // cross-slot work and any number of instances may race for one approval:
 // exactly one consumes it. Expiry is always judged by Redis TIME inside the
@@ -30,7 +31,9 @@
 // APPROVAL_UNAVAILABLE with nothing run. go-redis retries commands on
 // network errors; every script is safe to repeat.
 //
-// List SCANs every master: it is for consoles and audits, not hot paths.
+// List SCANs every master, keeping the records of the filter's audience
+// and tenant as it goes (so another tenant's records never take their
+// place under the limit): it is for consoles and audits, not hot paths.
 //
 // # What single use depends on
 //
@@ -52,9 +55,11 @@
 //     never received a consumption; the approval is then consumable again.
 //     [WithWait] closes most of that window: after each consumption, WAIT
 //     (pipelined on the same connection of the record's master) must see
-//     the given number of replicas acknowledge it, or the engine answers
-//     APPROVAL_UNAVAILABLE and runs nothing (the approval is then spent:
-//     request a new one). Set min-replicas-to-write and
+//     the given number of replicas acknowledge it, or the store gives the
+//     consumption back and the engine answers APPROVAL_UNAVAILABLE and
+//     runs nothing (the approval stays approved: the caller may try
+//     again). NewRedis refuses WithWait(n) when a master has fewer than n
+//     replicas connected. Set min-replicas-to-write and
 //     min-replicas-max-lag on the primary so that it refuses writes when
 //     its replicas are gone. WAIT is not consensus: a failover may still
 //     promote a replica that did not acknowledge, so the engine also
@@ -67,10 +72,11 @@
 // # Keys
 //
 // With the default prefix "agentsafe:apr" (see [WithKeyPrefix]), a record
-// is the hash {agentsafe:apr:apr_…}, and each (audience, requester) has a
-// pending index {agentsafe:apr:pending:<hash>} that Create uses to return
-// the same record for a repeated call and to cap pending requests
-// ([WithMaxPendingPerActor]). On a Cluster the two may live on different
+// is the hash {agentsafe:apr:apr_…}, and each (audience, requester tenant
+// and id) has a pending index {agentsafe:apr:pending:<hash>} that Create
+// uses to cap pending requests ([WithMaxPendingPerActor]) and to return the
+// same record for a repeated call: the same procedure and digest by the
+// same whole actor (kind and OnBehalfOf chain too). On a Cluster the two may live on different
 // nodes, so Create writes the record first and claims its place in the
 // index second; Create checks every index entry it acts on against the
 // records, and nothing else reads the index. A lost index (deleted, or

@@ -1,14 +1,13 @@
 package approvalstore
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // Memory keeps approvals in one process: the embedded default. A process
@@ -19,22 +18,27 @@ type Memory struct {
 	cfg config
 
 	mu        sync.Mutex
-	records   map[string]*middleware.ApprovalRecord
+	records   map[string]*store.ApprovalRecord
 	lastSweep time.Time
 }
 
-var _ middleware.ApprovalStore = (*Memory)(nil)
+var _ store.ApprovalStore = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
-func NewMemory(opts ...Option) *Memory {
-	cfg := newConfig(opts)
-	return &Memory{cfg: cfg, records: make(map[string]*middleware.ApprovalRecord)}
+func NewMemory(opts ...MemoryOption) *Memory {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyMemory(&cfg)
+		}
+	}
+	return &Memory{cfg: cfg, records: make(map[string]*store.ApprovalRecord)}
 }
 
-// Create implements [middleware.ApprovalStore].
-func (m *Memory) Create(_ context.Context, req middleware.ApprovalRequest) (middleware.ApprovalRecord, error) {
+// Create implements [store.ApprovalStore].
+func (m *Memory) Create(_ context.Context, req store.ApprovalRequest) (store.ApprovalRecord, error) {
 	if err := checkRequest(req); err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -42,118 +46,136 @@ func (m *Memory) Create(_ context.Context, req middleware.ApprovalRequest) (midd
 	m.sweep(now)
 	pending := 0
 	for _, r := range m.records {
-		if status(r, now) != middleware.ApprovalPending || r.Audience != req.Audience || !sameActor(r.Requester, req.Requester) {
+		// The cap counts the requester's records by audience, tenant and
+		// id: every session of one agent together.
+		q := r.Requester
+		if status(r, now) != store.ApprovalPending || r.Audience != req.Audience || q.ID != req.Requester.ID || q.Tenant != req.Requester.Tenant {
 			continue
 		}
-		if r.Procedure == req.Procedure && r.Digest == req.Digest {
+		if store.SameActor(q, req.Requester) && r.Procedure == req.Procedure && r.Digest == req.Digest {
 			return clone(r, now), nil // the same call asked again: the same approval
 		}
 		pending++
 	}
 	if pending >= m.cfg.maxPending {
-		return middleware.ApprovalRecord{}, fmt.Errorf("%w: %d pending", middleware.ErrTooManyPending, pending)
+		return store.ApprovalRecord{}, fmt.Errorf("%w: %d pending", store.ErrTooManyPending, pending)
 	}
 	if _, taken := m.records[req.ID]; taken {
-		return middleware.ApprovalRecord{}, fmt.Errorf("approvalstore: id %s already exists", req.ID)
+		return store.ApprovalRecord{}, fmt.Errorf("approvalstore: id %s already exists", req.ID)
 	}
-	r := &middleware.ApprovalRecord{ApprovalRequest: req, Status: middleware.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(req.ExpiresIn)}
+	r := &store.ApprovalRecord{ApprovalRequest: req, Status: store.ApprovalPending, RequestedAt: now, ExpiresAt: now.Add(req.ExpiresIn)}
 	r.Reasons = slices.Clone(req.Reasons)
 	r.Requester.OnBehalfOf = slices.Clone(req.Requester.OnBehalfOf)
+	r.Payload = slices.Clone(req.Payload)
 	m.records[req.ID] = r
 	return clone(r, now), nil
 }
 
-// Get implements [middleware.ApprovalStore].
-func (m *Memory) Get(_ context.Context, id string) (middleware.ApprovalRecord, error) {
+// Get implements [store.ApprovalStore].
+func (m *Memory) Get(_ context.Context, id string) (store.ApprovalRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	if !ok {
-		return middleware.ApprovalRecord{}, middleware.ErrApprovalNotFound
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
 	}
 	return clone(r, m.cfg.now()), nil
 }
 
-// Decide implements [middleware.ApprovalStore].
-func (m *Memory) Decide(ctx context.Context, id string, d middleware.Decision) (middleware.ApprovalRecord, error) {
+// Decide implements [store.ApprovalStore]. The approver rule and
+// policy run outside the lock (the policy is application code, which may
+// be slow or use the store); every other check runs again under the lock
+// on the record as it is then, which may be gone.
+func (m *Memory) Decide(ctx context.Context, id string, d store.Decision) (store.ApprovalRecord, bool, error) {
 	rec, err := m.Get(ctx, id)
 	if err != nil {
-		return rec, err
+		return store.ApprovalRecord{}, false, err
 	}
-	// The requester and approval type never change, so the approver checks
-	// can run outside the lock (the policy is application code).
+	if rec.Audience != d.Audience {
+		return store.ApprovalRecord{}, false, store.ErrApprovalNotFound
+	}
+	// The requester and approval type never change, so these hold for
+	// the record under the lock too.
 	if err := m.cfg.checkApprover(ctx, rec, d.Approver); err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, false, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.records[id]
+	r, ok := m.records[id] // a Create may have swept it meanwhile
 	now := m.cfg.now()
-	switch s := status(r, now); {
-	case s == middleware.ApprovalPending:
-		r.Status = middleware.ApprovalRejected
-		if d.Approve {
-			r.Status = middleware.ApprovalApproved
-		}
-		r.Approver, r.Comment, r.DecidedAt = d.Approver, d.Comment, now
-		r.Approver.OnBehalfOf = slices.Clone(d.Approver.OnBehalfOf)
-		return clone(r, now), nil
-	case sameDecision(r, d):
-		return clone(r, now), nil // the same decision again: a no-op
-	case s == middleware.ApprovalExpired && r.DecidedAt.IsZero():
-		return middleware.ApprovalRecord{}, middleware.ErrApprovalExpired
+	switch err := votable(r, ok, d, m.cfg.allowSelf, now); err {
+	case nil:
+	case errNoOp:
+		return clone(r, now), false, nil
 	default:
-		return middleware.ApprovalRecord{}, fmt.Errorf("%w: it is %s", middleware.ErrNotPending, s)
+		return store.ApprovalRecord{}, false, err
 	}
+	addVote(r, d, now)
+	return clone(r, now), true, nil
 }
 
-// Consume implements [middleware.ApprovalStore]. The checks and the write
+// Consume implements [store.ApprovalStore]. The checks and the write
 // happen under one lock: one atomic step.
-func (m *Memory) Consume(_ context.Context, id string, req middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
+func (m *Memory) Consume(_ context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	now := m.cfg.now()
 	if err := consumable(r, ok, req, now); err != nil {
 		if err == errAlreadyMine {
-			return clone(r, now), nil
+			return consumedApproval(r), nil
 		}
-		return middleware.ApprovalRecord{}, err
+		return store.ConsumedApproval{}, err
 	}
-	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = middleware.ApprovalConsumed, req.ExecutionID, now, now.Add(req.Lease)
-	return clone(r, now), nil
+	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = store.ApprovalConsumed, req.ExecutionID, now, now.Add(req.Lease)
+	return consumedApproval(r), nil
 }
 
-// RecordOutcome implements [middleware.ApprovalStore].
-func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, outcome middleware.Code) error {
+// Release implements [store.ApprovalStore].
+func (m *Memory) Release(_ context.Context, id, executionID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.records[id]
+	if !ok || r.Status != store.ApprovalConsumed || r.ConsumedBy != executionID {
+		return nil
+	}
+	r.Status, r.ConsumedBy, r.ConsumedAt, r.LeaseUntil = store.ApprovalApproved, "", time.Time{}, time.Time{}
+	return nil
+}
+
+// RecordOutcome implements [store.ApprovalStore].
+func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, o store.Outcome) error {
+	if err := checkOutcome(o); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	if !ok || r.ConsumedBy == "" || r.ConsumedBy != executionID {
-		return middleware.ErrApprovalNotFound
+		return store.ErrApprovalNotFound
 	}
-	if r.Status != middleware.ApprovalConsumed {
-		return nil // recorded already
+	if !takesOutcome(r.Status, o) {
+		return nil // it has its result already
 	}
-	r.Status, r.Outcome, r.OutcomeAt = outcomeStatus(outcome), outcome, m.cfg.now()
+	o.At = m.cfg.now()
+	r.Status, r.Outcome = o.Status, o
 	return nil
 }
 
-// List implements [middleware.ApprovalStore].
-func (m *Memory) List(_ context.Context, f middleware.ApprovalFilter) ([]middleware.ApprovalRecord, error) {
+// List implements [store.ApprovalStore].
+func (m *Memory) List(_ context.Context, f store.ApprovalFilter) ([]store.ApprovalRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.now()
-	var out []middleware.ApprovalRecord
+	var out []store.ApprovalRecord
 	for _, r := range m.records {
 		if matches(r, f, now) {
-			out = append(out, clone(r, now))
+			v := *r
+			v.Payload = nil // List never returns it
+			out = append(out, clone(&v, now))
 		}
 	}
-	slices.SortFunc(out, func(a, b middleware.ApprovalRecord) int {
-		return cmp.Or(a.RequestedAt.Compare(b.RequestedAt), cmp.Compare(a.ID, b.ID))
-	})
-	return limit(out, f.Limit), nil
+	return oldest(out, listLimit(f)), nil
 }
 
 // sweep forgets records past their retention, at most once a minute.
@@ -171,11 +193,21 @@ func (m *Memory) sweep(now time.Time) {
 
 // clone returns a copy of r that shares nothing with the store, with its
 // status as of now.
-func clone(r *middleware.ApprovalRecord, now time.Time) middleware.ApprovalRecord {
+func clone(r *store.ApprovalRecord, now time.Time) store.ApprovalRecord {
 	c := *r
 	c.Reasons = slices.Clone(r.Reasons)
+	c.Payload = slices.Clone(r.Payload)
 	c.Requester.OnBehalfOf = slices.Clone(r.Requester.OnBehalfOf)
 	c.Approver.OnBehalfOf = slices.Clone(r.Approver.OnBehalfOf)
+	c.Votes = slices.Clone(r.Votes)
+	for i := range c.Votes {
+		c.Votes[i].Approver.OnBehalfOf = slices.Clone(r.Votes[i].Approver.OnBehalfOf)
+	}
 	c.Status = status(r, now)
 	return c
 }
+
+// ProcessLocal reports that the memory store keeps approvals in this
+// process only; the engine warns about it at start-up when a capability
+// needs an approval.
+func (*Memory) ProcessLocal() bool { return true }

@@ -1,16 +1,22 @@
 package approvalstore_test
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/internal/testenv"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // clock is a settable clock for the memory store.
 type clock struct {
@@ -30,4 +36,27 @@ func TestMemoryConformance(t *testing.T) {
 		c := &clock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 		return conformance.StoreUnderTest{Store: approvalstore.NewMemory(approvalstore.WithClock(c.Now)), Advance: c.Advance, MaxPending: 20}
 	})
+}
+
+// TestMemoryDecideWhileASweepForgetsTheRecord: the approver policy runs
+// outside the store's lock; a Create meanwhile may sweep the record away.
+// Decide then answers not found, and never dereferences the missing
+// record.
+func TestMemoryDecideWhileASweepForgetsTheRecord(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	var s *approvalstore.Memory
+	sweep := func(ctx context.Context, _ store.ApprovalRecord, _ middleware.Actor) error {
+		c.Advance(48 * time.Hour) // past expiry and the default retention
+		_, err := s.Create(ctx, request("sha256:"+strings.Repeat("9", 64)))
+		return err
+	}
+	s = approvalstore.NewMemory(approvalstore.WithClock(c.Now), approvalstore.WithApproverPolicy(sweep))
+	rec, err := s.Create(t.Context(), request(digestA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, changed, err := s.Decide(t.Context(), rec.ID, decision(true, manager))
+	if !errors.Is(err, store.ErrApprovalNotFound) || changed {
+		t.Errorf("a record swept while the policy ran must be not found: changed=%v, %v", changed, err)
+	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 const (
@@ -13,17 +13,38 @@ const (
 	defaultRetention  = 24 * time.Hour
 )
 
-// Option configures a store.
-type Option interface{ apply(*config) }
+// Option configures either store: it is a [MemoryOption] and a
+// [RedisOption]. Options that only one store understands have that
+// store's type, so that passing a Redis option to NewMemory, say, does not
+// compile instead of being ignored.
+type Option interface {
+	MemoryOption
+	RedisOption
+}
+
+// MemoryOption configures [NewMemory].
+type MemoryOption interface{ applyMemory(*config) }
+
+// RedisOption configures [NewRedis].
+type RedisOption interface{ applyRedis(*config) }
 
 type optionFunc func(*config)
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (f optionFunc) applyMemory(c *config) { f(c) }
+func (f optionFunc) applyRedis(c *config)  { f(c) }
+
+type memoryOption func(*config)
+
+func (f memoryOption) applyMemory(c *config) { f(c) }
+
+type redisOption func(*config)
+
+func (f redisOption) applyRedis(c *config) { f(c) }
 
 type config struct {
 	now        func() time.Time
 	allowSelf  bool
-	policy     func(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error
+	policy     func(ctx context.Context, rec store.ApprovalRecord, approver store.Actor) error
 	maxPending int
 	retention  time.Duration
 	// Redis only.
@@ -33,19 +54,13 @@ type config struct {
 	clockOffset func() time.Duration
 }
 
-func newConfig(opts []Option) config {
-	c := config{now: time.Now, maxPending: defaultMaxPending, retention: defaultRetention, prefix: "agentsafe:apr", waitTimeout: time.Second}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
-	return c
+func defaultConfig() config {
+	return config{now: time.Now, maxPending: defaultMaxPending, retention: defaultRetention, prefix: "agentsafe:apr", waitTimeout: time.Second}
 }
 
 // checkApprover applies the approver rule and the application's policy.
-func (c config) checkApprover(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error {
-	if err := middleware.CheckApprover(rec.Requester, approver, c.allowSelf); err != nil {
+func (c config) checkApprover(ctx context.Context, rec store.ApprovalRecord, approver store.Actor) error {
+	if err := store.CheckApprover(rec.Requester, approver, c.allowSelf); err != nil {
 		return err
 	}
 	if c.policy != nil {
@@ -56,8 +71,8 @@ func (c config) checkApprover(ctx context.Context, rec middleware.ApprovalRecord
 
 // WithClock sets the memory store's clock (default time.Now), for tests
 // that move time. The Redis store always decides expiry with Redis TIME.
-func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) {
+func WithClock(now func() time.Time) MemoryOption {
+	return memoryOption(func(c *config) {
 		if now != nil {
 			c.now = now
 		}
@@ -71,16 +86,16 @@ func WithSelfApproval() Option {
 }
 
 // WithApproverPolicy runs policy inside Decide, after the self-approval and
-// tenant checks: return an error wrapping middleware.ErrApproverNotAllowed
+// tenant checks: return an error wrapping store.ErrApproverNotAllowed
 // to refuse (for example when the approver's role does not match the
 // record's approval type). By default any other actor of the tenant may
 // decide.
-func WithApproverPolicy(policy func(ctx context.Context, rec middleware.ApprovalRecord, approver middleware.Actor) error) Option {
+func WithApproverPolicy(policy func(ctx context.Context, rec store.ApprovalRecord, approver store.Actor) error) Option {
 	return optionFunc(func(c *config) { c.policy = policy })
 }
 
 // WithMaxPendingPerActor caps the pending records of one requester; over it
-// Create fails with middleware.ErrTooManyPending (RESOURCE_EXHAUSTED). The
+// Create fails with store.ErrTooManyPending (RESOURCE_EXHAUSTED). The
 // default is 20.
 func WithMaxPendingPerActor(n int) Option {
 	return optionFunc(func(c *config) {
@@ -104,25 +119,26 @@ func WithRetention(d time.Duration) Option {
 // WithKeyPrefix sets the prefix of the Redis store's keys; the default is
 // "agentsafe:apr". Stores that share a Redis but not their approvals (two
 // applications, or tests) use different prefixes. It must not contain
-// braces: every key is a hash tag of its own. The memory store ignores it.
-func WithKeyPrefix(prefix string) Option {
-	return optionFunc(func(c *config) { c.prefix = prefix })
+// braces: every key is a hash tag of its own.
+func WithKeyPrefix(prefix string) RedisOption {
+	return redisOption(func(c *config) { c.prefix = prefix })
 }
 
 // WithWait makes the Redis store wait, after each consumption, until at
 // least replicas replicas have acknowledged it, for at most timeout: WAIT
 // is pipelined behind the consuming script on the same connection of the
-// record's master. With fewer acknowledgements Consume fails with an error
-// that is not a decision, so the engine answers APPROVAL_UNAVAILABLE and
-// runs nothing; the approval is spent all the same (its record reads
-// in_doubt after the lease), and the caller asks for a new one. By default
-// the store does not wait (replicas 0), and a failover can lose a
+// record's master. NewRedis fails, naming the master, when a master
+// reports fewer connected replicas than that (INFO replication). With
+// fewer acknowledgements later, Consume gives the consumption back (as
+// Release does: the approval is approved again, not spent) and fails with
+// an error that is not a decision, so the engine answers
+// APPROVAL_UNAVAILABLE, runs nothing, and the caller may try again. By
+// default the store does not wait (replicas 0), and a failover can lose a
 // consumption that had not reached the new primary. timeout must be below
 // the client's ReadTimeout (NewRedis checks); zero or less means one
-// second. Only *redis.Client and *redis.ClusterClient support it. The
-// memory store ignores it.
-func WithWait(replicas int, timeout time.Duration) Option {
-	return optionFunc(func(c *config) {
+// second. Only *redis.Client and *redis.ClusterClient support it.
+func WithWait(replicas int, timeout time.Duration) RedisOption {
+	return redisOption(func(c *config) {
 		c.waitN = replicas
 		if timeout > 0 {
 			c.waitTimeout = timeout

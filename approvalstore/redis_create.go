@@ -9,25 +9,26 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // maxClaims bounds Create's attempts to claim a place in the pending index
 // while other Creates of the same requester change it.
 const maxClaims = 4
 
-// Create implements [middleware.ApprovalStore]. It writes the record (one
+// Create implements [store.ApprovalStore]. It writes the record (one
 // script on the record's key), then claims its place in the requester's
 // pending index (one script on the index's key). If the index holds a
 // pending record for the same call, or the requester is at the cap, the new
 // record is deleted again and the older record, or ErrTooManyPending, is
 // returned.
-func (s *Redis) Create(ctx context.Context, req middleware.ApprovalRequest) (middleware.ApprovalRecord, error) {
+func (s *Redis) Create(ctx context.Context, req store.ApprovalRequest) (store.ApprovalRecord, error) {
 	if err := checkRequest(req); err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	index := s.pendingKey(req.Audience, req.Requester)
-	field := req.Procedure + "\n" + req.Digest
+	field := pendingField(req)
 	// The common repeat, a caller asking again while its request waits, is
 	// answered without writing.
 	if v, err := s.rdb.HGet(ctx, index, field).Result(); err == nil {
@@ -35,24 +36,24 @@ func (s *Redis) Create(ctx context.Context, req middleware.ApprovalRequest) (mid
 			return rec, err
 		}
 	} else if !errors.Is(err, redis.Nil) {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 
 	key := s.recordKey(req.ID)
 	args := append([]any{micros(req.ExpiresIn), micros(s.cfg.retention), req.RequestedBy, req.Digest}, requestFields(req)...)
 	r, err := s.run(ctx, createScript, key, args...)
 	if err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
 	if r.status() == "taken" {
-		return middleware.ApprovalRecord{}, fmt.Errorf("approvalstore: id %s already exists", req.ID)
+		return store.ApprovalRecord{}, fmt.Errorf("approvalstore: id %s already exists", req.ID)
 	}
 	requestedAt, err1 := r.str(1)
 	expiresAt, err2 := r.str(2)
 	if err := errors.Join(err1, err2); err != nil {
-		return middleware.ApprovalRecord{}, err
+		return store.ApprovalRecord{}, err
 	}
-	rec := middleware.ApprovalRecord{ApprovalRequest: req, Status: middleware.ApprovalPending, RequestedAt: unixMicro(requestedAt), ExpiresAt: unixMicro(expiresAt)}
+	rec := store.ApprovalRecord{ApprovalRequest: req, Status: store.ApprovalPending, RequestedAt: unixMicro(requestedAt), ExpiresAt: unixMicro(expiresAt)}
 	rec.Reasons = slices.Clone(req.Reasons)
 	rec.Requester.OnBehalfOf = slices.Clone(req.Requester.OnBehalfOf)
 
@@ -92,7 +93,7 @@ func (s *Redis) Create(ctx context.Context, req middleware.ApprovalRequest) (mid
 				return s.discard(ctx, key, err)
 			}
 			if len(stale) == 0 {
-				return s.discard(ctx, key, fmt.Errorf("%w: %d pending", middleware.ErrTooManyPending, len(live)))
+				return s.discard(ctx, key, fmt.Errorf("%w: %d pending", store.ErrTooManyPending, len(live)))
 			}
 			drop = stale
 		default:
@@ -104,15 +105,15 @@ func (s *Redis) Create(ctx context.Context, req middleware.ApprovalRequest) (mid
 
 // samePending returns the record id if it is pending for the same call as
 // req. An index entry that says otherwise is stale.
-func (s *Redis) samePending(ctx context.Context, id string, req middleware.ApprovalRequest) (middleware.ApprovalRecord, bool, error) {
+func (s *Redis) samePending(ctx context.Context, id string, req store.ApprovalRequest) (store.ApprovalRecord, bool, error) {
 	rec, err := s.Get(ctx, id)
-	if errors.Is(err, middleware.ErrApprovalNotFound) {
-		return middleware.ApprovalRecord{}, false, nil
+	if errors.Is(err, store.ErrApprovalNotFound) {
+		return store.ApprovalRecord{}, false, nil
 	}
 	if err != nil {
-		return middleware.ApprovalRecord{}, false, err
+		return store.ApprovalRecord{}, false, err
 	}
-	ok := rec.Status == middleware.ApprovalPending && rec.Audience == req.Audience && sameActor(rec.Requester, req.Requester) &&
+	ok := rec.Status == store.ApprovalPending && rec.Audience == req.Audience && store.SameActor(rec.Requester, req.Requester) &&
 		rec.Procedure == req.Procedure && rec.Digest == req.Digest
 	return rec, ok, nil
 }
@@ -133,7 +134,7 @@ func (s *Redis) stale(ctx context.Context, ids []string) ([]any, error) {
 	}
 	var out []any
 	for i, c := range cmds {
-		if st, err := c.Result(); errors.Is(err, redis.Nil) || (err == nil && st != middleware.ApprovalPending.String()) {
+		if st, err := c.Result(); errors.Is(err, redis.Nil) || (err == nil && st != store.ApprovalPending.String()) {
 			out = append(out, ids[i])
 		}
 	}
@@ -143,11 +144,20 @@ func (s *Redis) stale(ctx context.Context, ids []string) ([]any, error) {
 // discard deletes a new record that Create does not hand out, and returns
 // err. If the delete fails too, the record stays pending until it expires:
 // nobody was given its id, so it can never be consumed.
-func (s *Redis) discard(ctx context.Context, key string, err error) (middleware.ApprovalRecord, error) {
+func (s *Redis) discard(ctx context.Context, key string, err error) (store.ApprovalRecord, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
 	defer cancel()
 	_ = s.rdb.Del(ctx, key).Err() // best effort, see above
-	return middleware.ApprovalRecord{}, err
+	return store.ApprovalRecord{}, err
+}
+
+// pendingField is the field of req's call in its requester's pending
+// index: the procedure, the digest and the rest of the whole actor (the
+// index's key has its audience, tenant and id), so that one session's
+// pending call is never another's.
+func pendingField(req store.ApprovalRequest) string {
+	a := req.Requester
+	return req.Procedure + "\n" + req.Digest + "\n" + ids.Derive("", append([]string{a.Kind}, a.OnBehalfOf...)...)
 }
 
 // entryID returns the id of a pending-index entry, "id expires_at".

@@ -13,6 +13,8 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The engine-level tests: approvals requested, decided and resumed through
@@ -28,7 +30,7 @@ var (
 
 // newEngine returns an engine whose only capability, a refund, always needs
 // a manager's approval; every call is the agent's.
-func newEngine(t testing.TB, store middleware.ApprovalStore) *middleware.Engine {
+func newEngine(t testing.TB, store store.ApprovalStore) *middleware.Engine {
 	t.Helper()
 	reg := middleware.NewRegistry().Register(refund, middleware.Capability{
 		SideEffect: middleware.SideEffectExternal,
@@ -38,6 +40,7 @@ func newEngine(t testing.TB, store middleware.ApprovalStore) *middleware.Engine 
 	eng, err := middleware.New(reg,
 		middleware.WithApprovalStore(store),
 		middleware.WithAudience("orders"),
+		middleware.WithProtoFiles(nil), // the procedure is invented: no descriptor
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return agent, nil }))
 	if err != nil {
 		t.Fatal(err)
@@ -45,22 +48,28 @@ func newEngine(t testing.TB, store middleware.ApprovalStore) *middleware.Engine 
 	return eng
 }
 
-func refundInput(round, n int) middleware.Input {
-	return middleware.JSONInput(fmt.Appendf(nil, `{"order":%d,"round":%d,"amount":"120.00"}`, n, round))
+func refundInput(round, n int) adapter.Input {
+	return adapter.JSONInput(fmt.Appendf(nil, `{"order":%d,"round":%d,"amount":"120.00"}`, n, round))
+}
+
+// execute hands eng one refund call, as an adapter does.
+func execute(ctx context.Context, eng *middleware.Engine, in adapter.Input, approvalID string, attempt func(context.Context) (any, error)) (middleware.Envelope, error) {
+	_, env, err := adapter.Execute(ctx, adapter.Resolve(eng, refund), adapter.Call[any]{Input: in, ApprovalID: approvalID}, attempt)
+	return env, err
 }
 
 // requestApproved asks eng for an approval of in and has a manager approve
 // it, returning its id.
-func requestApproved(t testing.TB, ctx context.Context, eng *middleware.Engine, in middleware.Input) string {
+func requestApproved(t testing.TB, ctx context.Context, eng *middleware.Engine, in adapter.Input) string {
 	t.Helper()
-	_, env, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: in}, func(context.Context) (any, error) {
+	env, err := execute(ctx, eng, in, "", func(context.Context) (any, error) {
 		t.Error("a call without an approval must run nothing")
 		return nil, nil
 	})
 	if middleware.CodeOf(err) != middleware.CodeApprovalRequired || env.ApprovalID == "" {
 		t.Fatalf("a gated call must answer APPROVAL_REQUIRED with an id: %v, %+v", err, env)
 	}
-	if _, err := eng.Decide(ctx, env.ApprovalID, middleware.Decision{Approve: true, Approver: manager, Comment: "ok"}); err != nil {
+	if _, err := eng.Decide(ctx, env.ApprovalID, store.Decision{Approve: true, Approver: manager, Comment: "ok"}); err != nil {
 		t.Fatalf("Decide: %v", err)
 	}
 	return env.ApprovalID
@@ -129,7 +138,7 @@ func raceEngines(t *testing.T, rounds, records int, client func() redis.Universa
 				wg.Go(func() {
 					<-start
 					for n := w % stride; n < records; n += stride {
-						_, env, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: refundInput(round, n), ApprovalID: ids[n]}, l.handler)
+						env, err := execute(ctx, eng, refundInput(round, n), ids[n], l.handler)
 						switch code := middleware.CodeOf(err); {
 						case err == nil && env.Status == middleware.StatusCompleted:
 							completed.Add(1)

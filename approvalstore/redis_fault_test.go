@@ -12,20 +12,21 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // countingStore records the executions a store let consume an approval.
 type countingStore struct {
-	middleware.ApprovalStore
+	store.ApprovalStore
 	consumed sync.Map // execution id → approval id
 }
 
-func (c *countingStore) Consume(ctx context.Context, id string, req middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
-	rec, err := c.ApprovalStore.Consume(ctx, id, req)
+func (c *countingStore) Consume(ctx context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
+	got, err := c.ApprovalStore.Consume(ctx, id, req)
 	if err == nil {
 		c.consumed.Store(req.ExecutionID, id)
 	}
-	return rec, err
+	return got, err
 }
 
 // quickClient is a client that gives up on a dead server quickly: one dial
@@ -94,7 +95,7 @@ func TestRedisEngineFailsClosedWhenRedisStops(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for j := range jobs {
-				_, env, err := engines[j.engine].Execute(ctx, middleware.Call{Procedure: refund, Input: refundInput(0, j.n), ApprovalID: ids[j.n]}, handler)
+				env, err := execute(ctx, engines[j.engine], refundInput(0, j.n), ids[j.n], handler)
 				results <- result{env.ExecutionID, middleware.CodeOf(err), err}
 			}
 		})
@@ -157,7 +158,7 @@ func TestRedisEngineFailsClosedWhenRedisStops(t *testing.T) {
 	for e, eng := range engines {
 		probe := refundInput(2, e)
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			_, _, err := eng.Execute(ctx, middleware.Call{Procedure: refund, Input: probe}, handler)
+			_, err := execute(ctx, eng, probe, "", handler)
 			if middleware.CodeOf(err) != middleware.CodeApprovalUnavailable || time.Now().After(deadline) {
 				break
 			}
@@ -166,7 +167,7 @@ func TestRedisEngineFailsClosedWhenRedisStops(t *testing.T) {
 	for e, eng := range engines {
 		in := refundInput(1, e)
 		id := requestApproved(t, ctx, eng, in)
-		_, env, err := engines[1-e].Execute(ctx, middleware.Call{Procedure: refund, Input: in, ApprovalID: id}, handler)
+		env, err := execute(ctx, engines[1-e], in, id, handler)
 		if err != nil || env.Status != middleware.StatusCompleted {
 			t.Errorf("after Redis is back, engine %d must request, approve and resume again: %v", e, err)
 		}
@@ -185,45 +186,12 @@ func TestRedisStoreErrorsAreNotDecisions(t *testing.T) {
 	wantUnavailable(t, "Create", err)
 	_, err = s.Get(ctx, rec.ID)
 	wantUnavailable(t, "Get", err)
-	_, err = s.Decide(ctx, rec.ID, middleware.Decision{Approve: true, Approver: manager})
+	_, _, err = s.Decide(ctx, rec.ID, decision(true, manager))
 	wantUnavailable(t, "Decide", err)
 	_, err = s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA))
 	wantUnavailable(t, "Consume", err)
-	wantUnavailable(t, "RecordOutcome", s.RecordOutcome(ctx, rec.ID, "exe_a", middleware.CodeOK))
-	_, err = s.List(ctx, middleware.ApprovalFilter{})
+	wantUnavailable(t, "Release", s.Release(ctx, rec.ID, "exe_a"))
+	wantUnavailable(t, "RecordOutcome", s.RecordOutcome(ctx, rec.ID, "exe_a", completed))
+	_, err = s.List(ctx, store.ApprovalFilter{Audience: "orders", Tenant: "acme"})
 	wantUnavailable(t, "List", err)
-}
-
-// TestRedisWait: WithWait refuses a consumption too few replicas
-// acknowledged; the engine then runs nothing.
-func TestRedisWait(t *testing.T) {
-	ctx := t.Context()
-	srv := redistest.Start(t)
-	rdb := srv.Client()
-
-	s := openRedis(t, rdb, approvalstore.WithWait(1, 50*time.Millisecond))
-	rec := approve(t, ctx, s, digestA)
-	_, err := s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA))
-	wantUnavailable(t, "a consumption no replica acknowledged", err)
-	// Nothing ran on it, and the record says so: failed, not in_doubt.
-	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != middleware.ApprovalFailed || got.Outcome != middleware.CodeApprovalUnavailable {
-		t.Errorf("after a WAIT shortfall the record must read failed with APPROVAL_UNAVAILABLE: %+v, %v", got, err)
-	}
-
-	eng := newEngine(t, s)
-	in := refundInput(0, 1)
-	id := requestApproved(t, ctx, eng, in)
-	_, _, err = eng.Execute(ctx, middleware.Call{Procedure: refund, Input: in, ApprovalID: id}, func(context.Context) (any, error) {
-		t.Error("nothing may run on a consumption too few replicas acknowledged")
-		return nil, nil
-	})
-	if code := middleware.CodeOf(err); code != middleware.CodeApprovalUnavailable {
-		t.Errorf("the engine must answer APPROVAL_UNAVAILABLE, got %v", err)
-	}
-
-	off := openRedis(t, rdb, approvalstore.WithWait(0, 50*time.Millisecond))
-	rec = approve(t, ctx, off, digestA)
-	if _, err := off.Consume(ctx, rec.ID, consumeReq("exe_a", digestA)); err != nil {
-		t.Errorf("WithWait(0, …) waits for nobody: %v", err)
-	}
 }

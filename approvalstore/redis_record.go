@@ -3,10 +3,11 @@ package approvalstore
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // A record is one Redis hash of explicit fields, so that status and
@@ -18,31 +19,40 @@ import (
 //	requester_on_behalf_of, reasons                             JSON lists
 //	side_effect, risk                                           names ("write", "high")
 //	expires_in                                                  microseconds
+//	quorum                                                      approvers needed (0 means 1)
+//	payload                                                     opaque bytes, if any
 //	status                                                      pending, approved, rejected,
-//	                                                            consumed, completed or failed
+//	                                                            consumed, completed, failed
+//	                                                            or in_doubt (recorded so)
 //	requested_at, expires_at                                    unix microseconds (Redis TIME)
-//	approver_id, approver_tenant, approver_kind, comment        strings, once decided
+//	votes                                                       JSON list of votes, oldest first
+//	approver_id, approver_tenant, approver_kind, comment        strings, of the deciding vote
 //	approver_on_behalf_of                                       JSON list
 //	decided_at                                                  unix microseconds
 //	consumed_by, consumed_at, lease_until                       once consumed
-//	outcome, outcome_at                                         code name ("OK"), once recorded
+//	outcome, outcome_late, outcome_at                           code name ("OK"), "1" or "0",
+//	                                                            unix microseconds, once recorded
 //
-// expired and in_doubt are never stored: they are read from the time.
+// expired, and in_doubt past a lease, are never stored: they are read from
+// the time.
 
 // recordFields are all the fields of a record, in the order the scripts
 // return their values.
 var recordFields = []string{
 	"id", "audience", "procedure", "type", "requested_by", "digest", "view",
 	"requester_id", "requester_tenant", "requester_kind", "requester_on_behalf_of", "reasons",
-	"side_effect", "risk", "expires_in", "status", "requested_at", "expires_at",
+	"side_effect", "risk", "expires_in", "quorum", "status", "requested_at", "expires_at", "votes",
 	"approver_id", "approver_tenant", "approver_kind", "approver_on_behalf_of", "comment", "decided_at",
-	"consumed_by", "consumed_at", "lease_until", "outcome", "outcome_at",
+	"consumed_by", "consumed_at", "lease_until", "outcome", "outcome_late", "outcome_at", "payload",
 }
+
+// listFields are the fields List reads: all but the payload.
+var listFields = slices.DeleteFunc(slices.Clone(recordFields), func(f string) bool { return f == "payload" })
 
 // requestFields returns the hash fields of a new record, as the create
 // script's field/value arguments. The script adds status and the times.
-func requestFields(req middleware.ApprovalRequest) []any {
-	return []any{
+func requestFields(req store.ApprovalRequest) []any {
+	f := []any{
 		"id", req.ID,
 		"audience", req.Audience,
 		"procedure", req.Procedure,
@@ -55,10 +65,35 @@ func requestFields(req middleware.ApprovalRequest) []any {
 		"digest", req.Digest,
 		"view", req.View,
 		"reasons", jsonList(req.Reasons),
-		"side_effect", req.SideEffect.String(),
-		"risk", req.Risk.String(),
+		"side_effect", req.SideEffect,
+		"risk", req.Risk,
 		"expires_in", strconv.FormatInt(req.ExpiresIn.Microseconds(), 10),
+		"quorum", strconv.Itoa(req.Quorum),
 	}
+	if len(req.Payload) > 0 {
+		f = append(f, "payload", req.Payload)
+	}
+	return f
+}
+
+// storedVote is a vote as the votes field holds it. Go encodes it without
+// its time; the decide script adds "at" from Redis TIME.
+type storedVote struct {
+	ID         string   `json:"id"`
+	Tenant     string   `json:"tenant,omitempty"`
+	Kind       string   `json:"kind,omitempty"`
+	OnBehalfOf []string `json:"on_behalf_of,omitempty"`
+	Approve    bool     `json:"approve"`
+	Comment    string   `json:"comment,omitempty"`
+	At         int64    `json:"at,omitempty"` // unix microseconds
+}
+
+// voteJSON encodes d as the decide script takes it: a JSON object without
+// "at".
+func voteJSON(d store.Decision) string {
+	a := d.Approver
+	b, _ := json.Marshal(storedVote{ID: a.ID, Tenant: a.Tenant, Kind: a.Kind, OnBehalfOf: a.OnBehalfOf, Approve: d.Approve, Comment: d.Comment}) // always marshals
+	return string(b)
 }
 
 // jsonList encodes a list of strings; nil and empty give "".
@@ -72,8 +107,8 @@ func jsonList(l []string) string {
 
 // decodeRecord builds a record from a hash's fields. A record that cannot
 // be read is an error, never a guess: the caller fails closed.
-func decodeRecord(fields map[string]string) (middleware.ApprovalRecord, error) {
-	var r middleware.ApprovalRecord
+func decodeRecord(fields map[string]string) (store.ApprovalRecord, error) {
+	var r store.ApprovalRecord
 	d := recordDecoder{f: fields}
 	r.ID = d.f["id"]
 	r.Audience = d.f["audience"]
@@ -84,32 +119,36 @@ func decodeRecord(fields map[string]string) (middleware.ApprovalRecord, error) {
 	r.Digest = d.f["digest"]
 	r.View = d.f["view"]
 	r.Reasons = d.list("reasons")
-	r.SideEffect = middleware.SideEffect(d.enum("side_effect", func(i int) string { return middleware.SideEffect(i).String() }))
-	r.Risk = middleware.Risk(d.enum("risk", func(i int) string { return middleware.Risk(i).String() }))
+	r.SideEffect = d.f["side_effect"]
+	r.Risk = d.f["risk"]
 	r.ExpiresIn = time.Duration(d.int("expires_in")) * time.Microsecond
+	r.Quorum = int(d.int("quorum"))
+	if p, ok := d.f["payload"]; ok {
+		r.Payload = []byte(p)
+	}
+	r.Votes = d.votes("votes")
 	r.RequestedAt = d.time("requested_at")
 	r.ExpiresAt = d.time("expires_at")
 	r.DecidedAt = d.time("decided_at")
 	r.ConsumedAt = d.time("consumed_at")
 	r.LeaseUntil = d.time("lease_until")
-	r.OutcomeAt = d.time("outcome_at")
 	if _, decided := d.f["decided_at"]; decided {
 		r.Approver = d.actor("approver")
 	}
 	r.Comment = d.f["comment"]
 	r.ConsumedBy = d.f["consumed_by"]
-	if s, ok := d.f["outcome"]; ok {
-		code, known := middleware.ParseCode(s)
-		if !known {
-			d.fail("outcome", s)
-		}
-		r.Outcome = code
-	}
-	status, ok := middleware.ParseApprovalStatus(d.f["status"])
+	status, ok := store.ParseApprovalStatus(d.f["status"])
 	if !ok {
 		d.fail("status", d.f["status"])
 	}
 	r.Status = status
+	if code, ok := d.f["outcome"]; ok {
+		if code == "" {
+			d.fail("outcome", code)
+		}
+		// The record's stored status is the outcome's.
+		r.Outcome = store.Outcome{Status: status, Code: code, Late: d.f["outcome_late"] == "1", At: d.time("outcome_at")}
+	}
 	if r.ID == "" {
 		d.fail("id", "")
 	}
@@ -159,24 +198,30 @@ func (d *recordDecoder) list(field string) []string {
 	return l
 }
 
-func (d *recordDecoder) actor(prefix string) middleware.Actor {
-	return middleware.Actor{
+// votes reads a JSON list of stored votes.
+func (d *recordDecoder) votes(field string) []store.Vote {
+	s := d.f[field]
+	if s == "" {
+		return nil
+	}
+	var stored []storedVote
+	if err := json.Unmarshal([]byte(s), &stored); err != nil {
+		d.fail(field, s)
+		return nil
+	}
+	votes := make([]store.Vote, len(stored))
+	for i, v := range stored {
+		a := store.Actor{ID: v.ID, Tenant: v.Tenant, Kind: v.Kind, OnBehalfOf: v.OnBehalfOf}
+		votes[i] = store.Vote{Approver: a, Approve: v.Approve, Comment: v.Comment, At: time.UnixMicro(v.At)}
+	}
+	return votes
+}
+
+func (d *recordDecoder) actor(prefix string) store.Actor {
+	return store.Actor{
 		ID:         d.f[prefix+"_id"],
 		Tenant:     d.f[prefix+"_tenant"],
 		Kind:       d.f[prefix+"_kind"],
 		OnBehalfOf: d.list(prefix + "_on_behalf_of"),
 	}
-}
-
-// enum finds the value whose name is the field's: the middleware's enums
-// name themselves but have no parser.
-func (d *recordDecoder) enum(field string, name func(int) string) uint8 {
-	s := d.f[field]
-	for i := range 256 {
-		if name(i) == s {
-			return uint8(i)
-		}
-	}
-	d.fail(field, s)
-	return 0
 }

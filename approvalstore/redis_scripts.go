@@ -27,6 +27,8 @@ var (
 	decideLua string
 	//go:embed lua/consume.lua
 	consumeLua string
+	//go:embed lua/release.lua
+	releaseLua string
 	//go:embed lua/outcome.lua
 	outcomeLua string
 
@@ -35,9 +37,10 @@ var (
 	getScript     = redis.NewScript(source(getLua))
 	decideScript  = redis.NewScript(source(decideLua))
 	consumeScript = redis.NewScript(source(consumeLua))
+	releaseScript = redis.NewScript(source(releaseLua))
 	outcomeScript = redis.NewScript(source(outcomeLua))
 
-	scripts = []*redis.Script{createScript, pendingScript, getScript, decideScript, consumeScript, outcomeScript}
+	scripts = []*redis.Script{createScript, pendingScript, getScript, decideScript, consumeScript, releaseScript, outcomeScript}
 )
 
 // source returns a script's full source: the record accessors generated

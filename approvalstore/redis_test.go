@@ -16,6 +16,7 @@ import (
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // offsetClock is a clock offset a test moves forward; the Redis store adds
@@ -31,9 +32,9 @@ var prefixes atomic.Int64
 
 func newPrefix() string { return fmt.Sprintf("test%d:apr", prefixes.Add(1)) }
 
-func openRedis(t testing.TB, rdb redis.UniversalClient, opts ...approvalstore.Option) *approvalstore.Redis {
+func openRedis(t testing.TB, rdb redis.UniversalClient, opts ...approvalstore.RedisOption) *approvalstore.Redis {
 	t.Helper()
-	s, err := approvalstore.NewRedis(rdb, append([]approvalstore.Option{approvalstore.WithKeyPrefix(newPrefix())}, opts...)...)
+	s, err := approvalstore.NewRedis(rdb, append([]approvalstore.RedisOption{approvalstore.WithKeyPrefix(newPrefix())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,73 +64,55 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("engine single use", func(t *testing.T) {
 		raceEngines(t, 2, 200, func() redis.UniversalClient { return cl.Client() })
 	})
-	t.Run("WAIT goes to the record's master", func(t *testing.T) {
-		ctx := t.Context()
-		rdb := cl.Client()
-		s := openRedis(t, rdb, approvalstore.WithWait(1, 10*time.Millisecond))
-		// Records on every master; after SCRIPT FLUSH the pipelined consume
-		// sends the script again. On another node than the record's, the
-		// script would fail MOVED; on its own, it consumes, and only WAIT
-		// (there are no replicas) refuses.
-		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		masters := make(map[string]bool)
-		for i := range 12 {
-			digest := fmt.Sprintf("sha256:%064d", i)
-			rec := approve(t, ctx, s, digest)
-			node, err := rdb.MasterForKey(ctx, approvalstore.RecordKey(s, rec.ID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			masters[node.Options().Addr] = true
-			_, err = s.Consume(ctx, rec.ID, consumeReq("exe_w", digest))
-			if err == nil || !strings.Contains(err.Error(), "replicas acknowledged") {
-				t.Errorf("record %s: got %v, want the WAIT refusal", rec.ID, err)
-			}
-			if got, err := s.Get(ctx, rec.ID); err != nil || got.ConsumedBy != "exe_w" {
-				t.Errorf("record %s: the script must have run on its master: %+v, %v", rec.ID, got, err)
-			}
-		}
-		if len(masters) < 2 {
-			t.Errorf("the records landed on %d masters; the check needs several", len(masters))
-		}
-	})
 }
 
 // request is a store-level approval request of the agent.
-func request(digest string) middleware.ApprovalRequest {
-	return middleware.ApprovalRequest{
-		ID: middleware.NewApprovalID(), Audience: "orders", Procedure: refund, Type: "manager", Requester: agent,
+func request(digest string) store.ApprovalRequest {
+	return store.ApprovalRequest{
+		ID: store.NewApprovalID(), Audience: "orders", Procedure: refund, Type: "manager", Requester: agent,
 		RequestedBy: "exe_requester", Digest: digest, View: "refund 120.00 EUR", Reasons: []string{"always"},
-		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, ExpiresIn: 15 * time.Minute,
+		SideEffect: "external", Risk: "high", ExpiresIn: 15 * time.Minute,
 	}
 }
 
-func consumeReq(execution, digest string) middleware.ConsumeRequest {
-	return middleware.ConsumeRequest{Audience: "orders", Procedure: refund, Type: "manager", Actor: agent, Digest: digest, ExecutionID: execution, Lease: time.Minute}
+// decision is a vote in the agent's audience.
+func decision(approve bool, approver middleware.Actor) store.Decision {
+	return store.Decision{Approve: approve, Approver: approver, Audience: "orders"}
+}
+
+// completed is the outcome of an execution that succeeded.
+var completed = store.Outcome{Status: store.ApprovalCompleted, Code: "OK"}
+
+func consumeReq(execution, digest string) store.ConsumeRequest {
+	return store.ConsumeRequest{Audience: "orders", Procedure: refund, Type: "manager", Actor: agent, Digest: digest, ExecutionID: execution, Lease: time.Minute}
 }
 
 const digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 
 // approve creates and approves a record of digest in s.
-func approve(t testing.TB, ctx context.Context, s middleware.ApprovalStore, digest string) middleware.ApprovalRecord {
+func approve(t testing.TB, ctx context.Context, s store.ApprovalStore, digest string) store.ApprovalRecord {
 	t.Helper()
 	rec, err := s.Create(ctx, request(digest))
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if _, err := s.Decide(ctx, rec.ID, middleware.Decision{Approve: true, Approver: manager}); err != nil {
+	if _, _, err := s.Decide(ctx, rec.ID, decision(true, manager)); err != nil {
 		t.Fatalf("Decide: %v", err)
 	}
 	return rec
 }
 
+// sentinels are the store SPI's decision errors; every other error is a
+// store failure.
+var sentinels = []error{store.ErrApprovalNotFound, store.ErrApprovalPending, store.ErrApprovalRejected, store.ErrApprovalExpired,
+	store.ErrApprovalConsumed, store.ErrApprovalInputMismatch, store.ErrApprovalResumeMismatch, store.ErrNotPending,
+	store.ErrSelfApproval, store.ErrApproverNotAllowed, store.ErrTooManyPending}
+
 // wantUnavailable fails unless err is a store failure: not one of the
 // sentinels, so that the engine fails closed with APPROVAL_UNAVAILABLE.
 func wantUnavailable(t testing.TB, what string, err error) {
 	t.Helper()
-	if err == nil || middleware.ApprovalCode(err) != middleware.CodeApprovalUnavailable {
+	if err == nil || slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) }) {
 		t.Errorf("%s: got %v, want a store error that is no sentinel (APPROVAL_UNAVAILABLE)", what, err)
 	}
 }
@@ -145,13 +128,14 @@ func TestNewRedisRefusesWhatCannotWork(t *testing.T) {
 	t.Cleanup(func() { _ = down.Close() })
 	for name, tc := range map[string]struct {
 		client redis.UniversalClient
-		opts   []approvalstore.Option
+		opts   []approvalstore.RedisOption
 	}{
 		"no client":                      {nil, nil},
-		"an empty prefix":                {rdb, []approvalstore.Option{approvalstore.WithKeyPrefix("")}},
-		"braces in the prefix":           {rdb, []approvalstore.Option{approvalstore.WithKeyPrefix("a{b}")}},
-		"WAIT on a Ring":                 {ring, []approvalstore.Option{approvalstore.WithWait(1, 10*time.Millisecond)}},
-		"WAIT longer than a read may be": {slow, []approvalstore.Option{approvalstore.WithWait(1, time.Second)}},
+		"an empty prefix":                {rdb, []approvalstore.RedisOption{approvalstore.WithKeyPrefix("")}},
+		"braces in the prefix":           {rdb, []approvalstore.RedisOption{approvalstore.WithKeyPrefix("a{b}")}},
+		"WAIT on a Ring":                 {ring, []approvalstore.RedisOption{approvalstore.WithWait(1, 10*time.Millisecond)}},
+		"WAIT without a replica":         {rdb, []approvalstore.RedisOption{approvalstore.WithWait(1, 10*time.Millisecond)}},
+		"WAIT longer than a read may be": {slow, []approvalstore.RedisOption{approvalstore.WithWait(1, time.Second)}},
 		"Redis unreachable":              {down, nil},
 	} {
 		if _, err := approvalstore.NewRedis(tc.client, tc.opts...); err == nil {
@@ -160,6 +144,25 @@ func TestNewRedisRefusesWhatCannotWork(t *testing.T) {
 	}
 	if _, err := approvalstore.NewRedis(ring); err != nil {
 		t.Errorf("a Ring without WAIT: %v", err)
+	}
+}
+
+// TestNewRedisWaitNeedsTheReplicas: with fewer replicas than WithWait
+// asks for, every consumption would fall short; NewRedis says so, naming
+// the master, instead of a store that refuses every approval.
+func TestNewRedisWaitNeedsTheReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.Kind() != redistest.RedisServer {
+		t.Skip("miniredis reports no replication")
+	}
+	_, err := approvalstore.NewRedis(srv.Client(), approvalstore.WithWait(1, 10*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), srv.Addr()) || !strings.Contains(err.Error(), "0 connected replicas") {
+		t.Errorf("NewRedis with WithWait(1) on a master without replicas must fail naming it (%s): %v", srv.Addr(), err)
+	}
+	off := openRedis(t, srv.Client(), approvalstore.WithWait(0, 10*time.Millisecond))
+	rec := approve(t, t.Context(), off, digestA)
+	if _, err := off.Consume(t.Context(), rec.ID, consumeReq("exe_a", digestA)); err != nil {
+		t.Errorf("WithWait(0, …) waits for nobody: %v", err)
 	}
 }
 
@@ -196,11 +199,11 @@ func TestRedisRecordIsOneHash(t *testing.T) {
 
 	other := approve(t, ctx, s, "sha256:"+strings.Repeat("b", 64))
 	rdb.Del(ctx, approvalstore.RecordKey(s, other.ID)) // as eviction would
-	if _, err := s.Consume(ctx, other.ID, consumeReq("exe_b", "sha256:"+strings.Repeat("b", 64))); !errors.Is(err, middleware.ErrApprovalNotFound) {
+	if _, err := s.Consume(ctx, other.ID, consumeReq("exe_b", "sha256:"+strings.Repeat("b", 64))); !errors.Is(err, store.ErrApprovalNotFound) {
 		t.Errorf("a record that vanished must fail closed with APPROVAL_NOT_FOUND, got %v", err)
 	}
 
-	if err := s.RecordOutcome(ctx, rec.ID, "exe_a", middleware.CodeOK); err != nil {
+	if err := s.RecordOutcome(ctx, rec.ID, "exe_a", completed); err != nil {
 		t.Fatal(err)
 	}
 	for f := range rdb.HGetAll(ctx, key).Val() {
@@ -227,11 +230,11 @@ func TestRedisPendingIndexIsNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Decide(ctx, first.ID, middleware.Decision{Approve: true, Approver: manager}); err != nil {
+	if _, _, err := s.Decide(ctx, first.ID, decision(true, manager)); err != nil {
 		t.Fatal(err)
 	}
 	again, err := s.Create(ctx, request(digestA))
-	if err != nil || again.ID == first.ID || again.Status != middleware.ApprovalPending {
+	if err != nil || again.ID == first.ID || again.Status != store.ApprovalPending {
 		t.Errorf("once the record is decided, the same call must get a new pending record: %+v, %v", again, err)
 	}
 
@@ -248,10 +251,10 @@ func TestRedisPendingIndexIsNotTrusted(t *testing.T) {
 	if _, err := s.Create(ctx, request("sha256:"+strings.Repeat("c", 64))); err != nil {
 		t.Errorf("one truly pending record and four decided ones must leave room for a second: %v", err)
 	}
-	if _, err := s.Create(ctx, request("sha256:"+strings.Repeat("d", 64))); !errors.Is(err, middleware.ErrTooManyPending) {
+	if _, err := s.Create(ctx, request("sha256:"+strings.Repeat("d", 64))); !errors.Is(err, store.ErrTooManyPending) {
 		t.Errorf("two truly pending records (the cap) must refuse a third: %v", err)
 	}
-	list, err := s.List(ctx, middleware.ApprovalFilter{Status: middleware.ApprovalPending})
+	list, err := s.List(ctx, store.ApprovalFilter{Audience: "orders", Tenant: agent.Tenant, Status: store.ApprovalPending})
 	if err != nil || len(list) != 2 {
 		t.Errorf("a refused Create must leave no record behind: %d pending, %v", len(list), err)
 	}
@@ -261,10 +264,10 @@ func TestRedisPendingIndexIsNotTrusted(t *testing.T) {
 	// until they expire: a duplicate at worst, never a wrong decision.
 	rdb.Del(ctx, index)
 	dup, err := s.Create(ctx, request(digestA))
-	if err != nil || dup.Status != middleware.ApprovalPending || dup.ID == again.ID {
+	if err != nil || dup.Status != store.ApprovalPending || dup.ID == again.ID {
 		t.Errorf("Create without its index: %+v, %v", dup, err)
 	}
-	if _, err := s.Consume(ctx, again.ID, consumeReq("exe_a", digestA)); !errors.Is(err, middleware.ErrApprovalPending) {
+	if _, err := s.Consume(ctx, again.ID, consumeReq("exe_a", digestA)); !errors.Is(err, store.ErrApprovalPending) {
 		t.Errorf("the record the index forgot keeps its own state: %v", err)
 	}
 }
@@ -288,7 +291,7 @@ func TestRedisNoScript(t *testing.T) {
 		t.Fatalf("Create after SCRIPT FLUSH: %v", err)
 	}
 	flush()
-	if _, err := s.Decide(ctx, rec.ID, middleware.Decision{Approve: true, Approver: manager}); err != nil {
+	if _, _, err := s.Decide(ctx, rec.ID, decision(true, manager)); err != nil {
 		t.Fatalf("Decide after SCRIPT FLUSH: %v", err)
 	}
 	flush()
@@ -296,24 +299,20 @@ func TestRedisNoScript(t *testing.T) {
 		t.Fatalf("Consume after SCRIPT FLUSH: %v", err)
 	}
 	flush()
-	if err := s.RecordOutcome(ctx, rec.ID, "exe_a", middleware.CodeOK); err != nil {
+	if err := s.Release(ctx, rec.ID, "exe_a"); err != nil {
+		t.Fatalf("Release after SCRIPT FLUSH: %v", err)
+	}
+	if _, err := s.Consume(ctx, rec.ID, consumeReq("exe_a", digestA)); err != nil {
+		t.Fatalf("Consume after Release: %v", err)
+	}
+	flush()
+	if err := s.RecordOutcome(ctx, rec.ID, "exe_a", completed); err != nil {
 		t.Fatalf("RecordOutcome after SCRIPT FLUSH: %v", err)
 	}
 	flush()
-	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != middleware.ApprovalCompleted {
+	if got, err := s.Get(ctx, rec.ID); err != nil || got.Status != store.ApprovalCompleted {
 		t.Fatalf("Get after SCRIPT FLUSH: %+v, %v", got, err)
 	}
-
-	// The pipelined consume of WithWait handles NOSCRIPT itself: the script
-	// runs (and consumes), and only WAIT, with no replica here, refuses.
-	w := openRedis(t, rdb, approvalstore.WithWait(1, 10*time.Millisecond))
-	rec = approve(t, ctx, w, digestA)
-	flush()
-	_, err = w.Consume(ctx, rec.ID, consumeReq("exe_w", digestA))
-	if err == nil || !strings.Contains(err.Error(), "replicas acknowledged") {
-		t.Errorf("consume with WAIT after SCRIPT FLUSH: got %v, want the WAIT refusal", err)
-	}
-	if got, _ := w.Get(ctx, rec.ID); got.ConsumedBy != "exe_w" {
-		t.Errorf("the script must have run despite NOSCRIPT: %+v", got)
-	}
+	// The pipelined consume of WithWait handles NOSCRIPT itself: see
+	// TestRedisWaitWithReplica.
 }

@@ -1,11 +1,13 @@
 package approvalstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The rules every store applies, in Go for the memory store; the Redis
@@ -15,15 +17,15 @@ import (
 // status is a record's status as of now: pending and approved records past
 // their expiry read as expired, consumed ones past their lease without an
 // outcome as in_doubt.
-func status(r *middleware.ApprovalRecord, now time.Time) middleware.ApprovalStatus {
+func status(r *store.ApprovalRecord, now time.Time) store.ApprovalStatus {
 	switch r.Status {
-	case middleware.ApprovalPending, middleware.ApprovalApproved:
+	case store.ApprovalPending, store.ApprovalApproved:
 		if !now.Before(r.ExpiresAt) {
-			return middleware.ApprovalExpired
+			return store.ApprovalExpired
 		}
-	case middleware.ApprovalConsumed:
+	case store.ApprovalConsumed:
 		if !now.Before(r.LeaseUntil) {
-			return middleware.ApprovalInDoubt
+			return store.ApprovalInDoubt
 		}
 	}
 	return r.Status
@@ -33,77 +35,165 @@ func status(r *middleware.ApprovalRecord, now time.Time) middleware.ApprovalStat
 // the record: it succeeds without a write.
 var errAlreadyMine = errors.New("consumed by this execution already")
 
-// consumable applies Consume's checks in the order of SPEC §7: exists, same
-// audience and requester (else not found: nothing is revealed), approved,
-// unexpired, unconsumed, same procedure and approval type, same digest.
-func consumable(r *middleware.ApprovalRecord, ok bool, req middleware.ConsumeRequest, now time.Time) error {
-	if !ok || r.Audience != req.Audience || !sameActor(r.Requester, req.Actor) {
-		return middleware.ErrApprovalNotFound
+// consumable applies Consume's checks in the order of the store contract (middleware/store): exists, same
+// audience and whole actor (else not found: nothing is revealed), approved,
+// unexpired, unconsumed, same procedure, approval type and quorum, same
+// digest.
+func consumable(r *store.ApprovalRecord, ok bool, req store.ConsumeRequest, now time.Time) error {
+	if !ok || r.Audience != req.Audience || !store.SameActor(r.Requester, req.Actor) {
+		return store.ErrApprovalNotFound
 	}
 	switch status(r, now) {
-	case middleware.ApprovalApproved:
-	case middleware.ApprovalPending:
-		return middleware.ErrApprovalPending
-	case middleware.ApprovalRejected, middleware.ApprovalCancelled:
-		return middleware.ErrApprovalRejected
-	case middleware.ApprovalExpired:
-		return middleware.ErrApprovalExpired
+	case store.ApprovalApproved:
+	case store.ApprovalPending:
+		return store.ErrApprovalPending
+	case store.ApprovalRejected, store.ApprovalCancelled:
+		return store.ErrApprovalRejected
+	case store.ApprovalExpired:
+		return store.ErrApprovalExpired
 	default: // consumed, completed, failed, in_doubt
 		if r.ConsumedBy == req.ExecutionID {
 			return errAlreadyMine
 		}
-		return middleware.ErrApprovalConsumed
+		return store.ErrApprovalConsumed
 	}
-	if r.Procedure != req.Procedure || r.Type != req.Type {
-		return middleware.ErrApprovalResumeMismatch
+	if r.Procedure != req.Procedure || r.Type != req.Type || quorum(r.Quorum) != quorum(req.Quorum) {
+		return store.ErrApprovalResumeMismatch
 	}
 	if r.Digest != req.Digest {
-		return middleware.ErrApprovalInputMismatch
+		return store.ErrApprovalInputMismatch
 	}
 	return nil
 }
 
-// sameActor compares the identity that owns a record: id and tenant.
-func sameActor(a, b middleware.Actor) bool { return a.ID == b.ID && a.Tenant == b.Tenant }
+// quorum is the number of approvers q stands for: zero means 1.
+func quorum(q int) int { return max(q, 1) }
 
-// sameDecision reports whether d repeats the decision already recorded, by
-// the same approver.
-func sameDecision(r *middleware.ApprovalRecord, d middleware.Decision) bool {
-	if r.DecidedAt.IsZero() || r.Approver.ID != d.Approver.ID {
-		return false
-	}
-	approved := r.Status != middleware.ApprovalRejected
-	return approved == d.Approve
+// consumedApproval is what Consume returns of r.
+func consumedApproval(r *store.ApprovalRecord) store.ConsumedApproval {
+	a := store.ConsumedApproval{ID: r.ID, Type: r.Type, Approver: r.Approver, Comment: r.Comment, DecidedAt: r.DecidedAt}
+	a.Approver.OnBehalfOf = slices.Clone(r.Approver.OnBehalfOf)
+	return a
 }
 
-func outcomeStatus(code middleware.Code) middleware.ApprovalStatus {
-	if code == middleware.CodeOK {
-		return middleware.ApprovalCompleted
-	}
-	return middleware.ApprovalFailed
+// repeatedVote reports whether d repeats a vote already on the record: the
+// same whole approver with the same verdict.
+func repeatedVote(r *store.ApprovalRecord, d store.Decision) bool {
+	return slices.ContainsFunc(r.Votes, func(v store.Vote) bool {
+		return v.Approve == d.Approve && store.SameActor(v.Approver, d.Approver)
+	})
 }
 
-func checkRequest(req middleware.ApprovalRequest) error {
+// errNoOp says a vote repeats one already recorded: Decide returns the
+// record unchanged.
+var errNoOp = errors.New("the same vote again")
+
+// votable applies Decide's checks after the approver's own (the requester
+// rule and the policy, which the caller runs): the record is of the
+// decision's audience, the vote is not a repeat (errNoOp), the record is
+// pending and unexpired, and the voter is distinct from every earlier one.
+func votable(r *store.ApprovalRecord, ok bool, d store.Decision, allowSelf bool, now time.Time) error {
+	if !ok || r.Audience != d.Audience {
+		return store.ErrApprovalNotFound
+	}
+	if repeatedVote(r, d) {
+		return errNoOp
+	}
+	switch s := status(r, now); {
+	case s == store.ApprovalExpired && r.DecidedAt.IsZero():
+		return store.ErrApprovalExpired
+	case s != store.ApprovalPending:
+		return fmt.Errorf("%w: it is %s", store.ErrNotPending, s)
+	}
+	return store.CheckVoter(*r, d.Approver, allowSelf)
+}
+
+// addVote records d on a pending record at now: a rejection rejects, an
+// approval approves at the quorum; the deciding vote is the record's
+// Approver, Comment and DecidedAt.
+func addVote(r *store.ApprovalRecord, d store.Decision, now time.Time) {
+	v := store.Vote{Approver: d.Approver, Approve: d.Approve, Comment: d.Comment, At: now}
+	v.Approver.OnBehalfOf = slices.Clone(d.Approver.OnBehalfOf)
+	r.Votes = append(r.Votes, v)
 	switch {
-	case !middleware.ValidApprovalID(req.ID):
+	case !d.Approve:
+		r.Status = store.ApprovalRejected
+	case len(r.Votes) >= quorum(r.Quorum): // every vote on a pending record is an approval
+		r.Status = store.ApprovalApproved
+	default:
+		return
+	}
+	r.Approver, r.Comment, r.DecidedAt = v.Approver, v.Comment, v.At
+	r.Approver.OnBehalfOf = slices.Clone(v.Approver.OnBehalfOf)
+}
+
+// checkOutcome refuses what is not an outcome: the zero Outcome, or a
+// status other than completed, failed or in_doubt.
+func checkOutcome(o store.Outcome) error {
+	switch o.Status {
+	case store.ApprovalCompleted, store.ApprovalFailed, store.ApprovalInDoubt:
+		return nil
+	case 0:
+		return errors.New("approvalstore: RecordOutcome needs an outcome (the zero Outcome means none)")
+	}
+	return fmt.Errorf("approvalstore: %s is not an outcome (completed, failed or in_doubt)", o.Status)
+}
+
+// takesOutcome reports whether a record whose stored status is stored
+// takes the outcome o: a consumed record takes any, an in_doubt one a
+// result (completed or failed); anything else keeps what it has.
+func takesOutcome(stored store.ApprovalStatus, o store.Outcome) bool {
+	switch stored {
+	case store.ApprovalConsumed:
+		return true
+	case store.ApprovalInDoubt:
+		return o.Status != store.ApprovalInDoubt
+	}
+	return false
+}
+
+func checkRequest(req store.ApprovalRequest) error {
+	switch {
+	case !store.ValidApprovalID(req.ID):
 		return fmt.Errorf("approvalstore: malformed approval id %q", req.ID)
 	case req.ExpiresIn <= 0:
 		return fmt.Errorf("approvalstore: ExpiresIn must be positive (got %s)", req.ExpiresIn)
 	case req.Requester.ID == "":
 		return errors.New("approvalstore: an approval needs a requester")
+	case req.Quorum < 0:
+		return fmt.Errorf("approvalstore: Quorum must not be negative (got %d)", req.Quorum)
 	}
 	return nil
 }
 
-func matches(r *middleware.ApprovalRecord, f middleware.ApprovalFilter, now time.Time) bool {
-	return (f.Status == 0 || status(r, now) == f.Status) && (f.Audience == "" || r.Audience == f.Audience)
+// inView reports whether r belongs to the audience and tenant f selects;
+// the status is matched separately, as of a time.
+func inView(r *store.ApprovalRecord, f store.ApprovalFilter) bool {
+	return r.Audience == f.Audience && (f.AnyTenant || r.Requester.Tenant == f.Tenant)
 }
 
-func limit(rs []middleware.ApprovalRecord, n int) []middleware.ApprovalRecord {
-	if n <= 0 {
-		n = defaultListLimit
+func matches(r *store.ApprovalRecord, f store.ApprovalFilter, now time.Time) bool {
+	return inView(r, f) && (f.Status == 0 || status(r, now) == f.Status)
+}
+
+// oldestFirst orders records by request time, then id.
+func oldestFirst(a, b store.ApprovalRecord) int {
+	return cmp.Or(a.RequestedAt.Compare(b.RequestedAt), cmp.Compare(a.ID, b.ID))
+}
+
+// listLimit is the number of records a List of f returns at most.
+func listLimit(f store.ApprovalFilter) int {
+	if f.Limit <= 0 {
+		return defaultListLimit
 	}
+	return f.Limit
+}
+
+// oldest sorts rs oldest first and keeps the first n.
+func oldest(rs []store.ApprovalRecord, n int) []store.ApprovalRecord {
+	slices.SortFunc(rs, oldestFirst)
 	if len(rs) > n {
+		clear(rs[n:]) // let the dropped records go
 		rs = rs[:n]
 	}
 	return rs
@@ -111,7 +201,7 @@ func limit(rs []middleware.ApprovalRecord, n int) []middleware.ApprovalRecord {
 
 // retainUntil is when a record may be forgotten: its retention after the
 // last moment it could matter.
-func retainUntil(r *middleware.ApprovalRecord, retention time.Duration) time.Time {
+func retainUntil(r *store.ApprovalRecord, retention time.Duration) time.Time {
 	last := r.ExpiresAt
 	if r.LeaseUntil.After(last) {
 		last = r.LeaseUntil

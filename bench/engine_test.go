@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
@@ -21,7 +22,7 @@ var sink any
 // (go-retry's exponential backoff needs a positive base).
 func engine(b *testing.B) *middleware.Engine {
 	eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{
-		SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Nanosecond}}),
+		SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}}),
 		middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)
@@ -51,10 +52,10 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	})
 	b.Run("impl=agentsafe", func(b *testing.B) {
-		eng, call := engine(b), middleware.Call{Procedure: procRead}
+		eng := engine(b)
 		b.ReportAllocs()
-		for b.Loop() {
-			sink, _, _ = eng.Execute(ctx, call, noop)
+		for b.Loop() { // as an adapter does: resolve, then execute
+			sink, _, _ = adapter.Execute(ctx, adapter.Resolve(eng, procRead), adapter.Call[any]{}, noop)
 		}
 	})
 	b.Run("impl=failsafe-go", func(b *testing.B) {
@@ -70,11 +71,11 @@ func BenchmarkOverhead(b *testing.B) {
 func BenchmarkOneRetry(b *testing.B) {
 	ctx := context.Background()
 	b.Run("impl=agentsafe", func(b *testing.B) {
-		eng, call := engine(b), middleware.Call{Procedure: procRead}
+		eng := engine(b)
 		b.ReportAllocs()
 		for b.Loop() {
 			first := true
-			sink, _, _ = eng.Execute(ctx, call, func(context.Context) (any, error) {
+			sink, _, _ = adapter.Execute(ctx, adapter.Resolve(eng, procRead), adapter.Call[any]{}, func(context.Context) (any, error) {
 				if first {
 					first = false
 					return nil, errTransient

@@ -36,13 +36,22 @@ func (connectRead) Read(_ context.Context, r *connect.Request[testv1.Request]) (
 	return connect.NewResponse(&testv1.Response{Id: r.Msg.GetId()}), nil
 }
 
-// BenchmarkConnectUnary: one unary Connect call over loopback HTTP/1.1,
-// with and without the agentsafe interceptor.
-func BenchmarkConnectUnary(b *testing.B) {
-	eng, err := middleware.New(nil)
+// optionsEngine is an engine with the test service's method options, but
+// for Gated's approval, replaced so that the engine needs no approval store
+// (the benchmarks call only Read).
+func optionsEngine(b *testing.B) *middleware.Engine {
+	eng, err := middleware.New(middleware.NewRegistry().Register(testv1connect.TestServiceGatedProcedure,
+		middleware.Capability{SideEffect: middleware.SideEffectWrite}))
 	if err != nil {
 		b.Fatal(err)
 	}
+	return eng
+}
+
+// BenchmarkConnectUnary: one unary Connect call over loopback HTTP/1.1,
+// with and without the agentsafe interceptor.
+func BenchmarkConnectUnary(b *testing.B) {
+	eng := optionsEngine(b)
 	for _, tc := range []struct {
 		name string
 		opts []connect.HandlerOption
@@ -80,10 +89,7 @@ func (grpcRead) Read(_ context.Context, r *testv1.Request) (*testv1.Response, er
 // go-grpc-middleware's client retry and timeout interceptors (two
 // retries on Unavailable, one second per attempt), and with agentsafe.
 func BenchmarkGRPCUnary(b *testing.B) {
-	eng, err := middleware.New(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	eng := optionsEngine(b)
 	for _, tc := range []struct {
 		name   string
 		server []grpc.ServerOption
@@ -128,7 +134,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 // replaying it, and of buffering the response.
 func BenchmarkNetHTTP(b *testing.B) {
 	eng, err := middleware.New(middleware.NewRegistry().Register("upload", middleware.Capability{
-		SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1}}),
+		SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1}}),
 		middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // TestScale runs 10,000 governed executions at once with per-attempt
@@ -25,7 +26,7 @@ func TestScale(t *testing.T) {
 	const executions = 10_000
 	eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{
 		SideEffect: middleware.SideEffectRead, Timeout: 100 * time.Millisecond}),
-		middleware.WithProtoFiles(nil), middleware.WithMaxAbandoned(executions))
+		middleware.WithProtoFiles(nil), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: executions}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +53,10 @@ func round(t *testing.T, eng *middleware.Engine, executions int) {
 	var returned sync.WaitGroup
 	var wg sync.WaitGroup
 	codes := make([]middleware.Code, executions)
+	route := adapter.Resolve(eng, procRead)
 	for i := range executions {
 		wg.Go(func() {
-			_, env, _ := eng.Execute(context.Background(), middleware.Call{Procedure: procRead}, func(ctx context.Context) (any, error) {
+			_, env, _ := adapter.Execute(context.Background(), route, adapter.Call[any]{}, func(ctx context.Context) (any, error) {
 				if n := running.Add(1); n > peak.Load() {
 					peak.Store(n) // a racy maximum is enough for a report
 				}

@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The suite's timings: short, so the suite runs in seconds over a real
@@ -33,6 +38,27 @@ const (
 // never reach a client.
 const secret = "db-password-hunter2"
 
+// failingAudit is a strict audit sink that cannot record anything.
+type failingAudit struct{}
+
+func (failingAudit) Record(context.Context, middleware.Event) error {
+	return errors.New("conformance: the audit database is down")
+}
+
+// slowAudit records capability.started three attempt timeouts late.
+type slowAudit struct{}
+
+func (slowAudit) Record(_ context.Context, e middleware.Event) error {
+	if e.Type == middleware.EventStarted {
+		time.Sleep(3 * slowTimeout)
+	}
+	return nil
+}
+
+// relayedExecution is the execution id ModeRelay's handler copies from a
+// pretend downstream response.
+const relayedExecution = "exe_00000000000000000000000000000001"
+
 // The actors of the suite: the engine authenticates every call as agent.
 var (
 	suiteAgent    = middleware.Actor{ID: "conformance-agent", Tenant: "conformance", Kind: "agent"}
@@ -41,29 +67,53 @@ var (
 
 func capabilities() map[Fixture]middleware.Capability {
 	return map[Fixture]middleware.Capability{
-		FixtureRead:  {SideEffect: middleware.SideEffectRead, Timeout: attemptTimeout, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}},
+		FixtureRead:  {SideEffect: middleware.SideEffectRead, Timeout: attemptTimeout, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}},
 		FixtureWrite: {SideEffect: middleware.SideEffectWrite, Timeout: attemptTimeout},
 		FixtureIdempotentWrite: {SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: attemptTimeout,
-			Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}},
+			Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}},
 		FixtureSlow:  {SideEffect: middleware.SideEffectRead, Timeout: slowTimeout},
 		FixtureGated: {SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true, Type: "manager"}},
 		// Retries configured, so an adapter that retried a stream would show.
-		FixtureStream: {SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}},
+		FixtureStream: {SideEffect: middleware.SideEffectRead, Streaming: true, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}},
 	}
 }
 
 // RunAdapter checks that an adapter keeps the guarantees of the
 // specification: one named subtest per rule an adapter can break, each
 // against a server the harness starts. A failure message names the rule.
+//
+// A harness that implements [InProcess] runs every rule inside a
+// testing/synctest bubble, on a fake clock.
 func RunAdapter(t *testing.T, h Harness) {
 	t.Helper()
+	inProcess := false
+	if ip, ok := h.(InProcess); ok {
+		inProcess = ip.InProcess()
+	}
 	for _, r := range adapterRules {
 		t.Run(r.name, func(t *testing.T) {
-			s := newSuite(t, h)
-			if r.stream && s.streams == nil {
+			noStreams := false
+			rule := func(t *testing.T) {
+				s := newSuite(t, h, r.engine...)
+				if r.stream && s.streams == nil {
+					noStreams = true
+					return
+				}
+				r.check(s)
+			}
+			if inProcess {
+				synctest.Test(t, func(t *testing.T) {
+					// Time stops when the bubble's root returns: let the
+					// engine's idle sink workers exit first.
+					t.Cleanup(func() { time.Sleep(2 * time.Second) })
+					rule(t)
+				})
+			} else {
+				rule(t)
+			}
+			if noStreams {
 				t.Skip("the harness does not govern streams")
 			}
-			r.check(s)
 		})
 	}
 }
@@ -74,7 +124,7 @@ type suite struct {
 	*testing.T
 	h       Harness
 	eng     *middleware.Engine
-	rec     *middleware.EventRecorder
+	rec     *agentsafetest.Recorder
 	client  Client
 	streams StreamClient
 
@@ -85,18 +135,19 @@ type suite struct {
 	ids      atomic.Int64
 }
 
-func newSuite(t *testing.T, h Harness) *suite {
+func newSuite(t *testing.T, h Harness, opts ...middleware.Option) *suite {
 	reg := middleware.NewRegistry()
 	for f, c := range capabilities() {
 		reg.Register(h.Procedure(f), c)
 	}
-	rec := &middleware.EventRecorder{}
-	eng, err := middleware.New(reg,
+	rec := &agentsafetest.Recorder{}
+	eng, err := middleware.New(reg, append([]middleware.Option{
 		middleware.WithEventSink(rec),
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return suiteAgent, nil }),
 		middleware.WithProtoFiles(nil), // the suite's capabilities, exactly
-	)
+		middleware.WithLogger(slog.New(slog.DiscardHandler)),
+	}, opts...)...)
 	if err != nil {
 		t.Fatalf("conformance: building the engine: %v", err)
 	}
@@ -158,6 +209,24 @@ func (s *suite) handle(ctx context.Context, f Fixture, req Request, setHeader fu
 		if x.Attempt == 1 {
 			return Response{}, middleware.Retryable(errors.New("conformance: transient failure after writing a header"))
 		}
+	case ModeFrameworkDeadline:
+		<-ctx.Done()
+		return Response{}, &Status{Code: StatusDeadlineExceeded, Message: "conformance: deadline exceeded"}
+	case ModeUnavailable:
+		if n <= req.FailTimes {
+			return Response{}, &Status{Code: StatusUnavailable, Message: "conformance: briefly unavailable"}
+		}
+	case ModeFrameworkError:
+		return Response{}, &Status{Code: StatusUnimplemented, Message: FrameworkErrorMessage, Detail: FrameworkErrorDetail}
+	case ModeMutate:
+		if x.Attempt == 1 {
+			return Response{}, middleware.Retryable(errors.New("conformance: transient failure after mutating the input"))
+		}
+	case ModeRelay:
+		setHeader(adapter.HeaderExecutionID, relayedExecution)
+		setHeader(adapter.HeaderAttempts, "9")
+		setHeader(adapter.HeaderApprovalID, "apr_00000000000000000000000000000000")
+		setHeader(adapter.HeaderCode, "TIMEOUT")
 	}
 	return resp, nil
 }
@@ -200,33 +269,37 @@ func (s *suite) wait(ch chan struct{}, what string) {
 	}
 }
 
-// eventually polls cond until it holds, for what the server does after
-// the client has its answer.
-func (s *suite) eventually(what string, cond func() bool) {
-	s.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			s.Fatalf("conformance: %s did not happen within %s", what, patience)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// final returns the final events of an execution, once there is one.
+// final returns the final events of an execution, once there is one:
+// the sinks are delivered asynchronously, so a rule that read the envelope
+// waits for them here.
 func (s *suite) final(executionID string) []middleware.Event {
 	s.Helper()
+	ctx, cancel := context.WithTimeout(s.Context(), patience)
+	defer cancel()
+	evs, err := s.rec.WaitFinal(ctx, executionID)
+	if err != nil {
+		s.Fatalf("conformance: the final event of %s did not arrive within %s: %v", executionID, patience, err)
+	}
 	var finals []middleware.Event
-	s.eventually("the final event of "+executionID, func() bool {
-		finals = finals[:0]
-		for _, e := range s.rec.Execution(executionID) {
-			if e.Type.Final() {
-				finals = append(finals, e)
-			}
+	for _, e := range evs {
+		if e.Type.Final() {
+			finals = append(finals, e)
 		}
-		return len(finals) > 0
-	})
+	}
 	return finals
+}
+
+// waitEvent waits until the execution has emitted an event of type t.
+func (s *suite) waitEvent(executionID string, t middleware.EventType) {
+	s.Helper()
+	ctx, cancel := context.WithTimeout(s.Context(), patience)
+	defer cancel()
+	_, err := s.rec.Wait(ctx, executionID, func(evs []middleware.Event) bool {
+		return slices.ContainsFunc(evs, func(e middleware.Event) bool { return e.Type == t })
+	})
+	if err != nil {
+		s.Fatalf("conformance: %s of %s did not arrive within %s: %v", t, executionID, patience, err)
+	}
 }
 
 // finalCount counts the final events so far: the server emits a call's
@@ -276,6 +349,8 @@ type adapterRule struct {
 	name   string
 	stream bool
 	check  func(s *suite)
+	// engine is what the rule's engine needs beyond the suite's own.
+	engine []middleware.Option
 }
 
 var adapterRules = []adapterRule{
@@ -308,15 +383,15 @@ var adapterRules = []adapterRule{
 			s.Errorf("%s: envelope %+v: one attempt, and not retryable for the caller (a re-invocation would run it again)", rule, r.Envelope)
 		}
 	}},
-	{name: "Retry/attempts are bounded by MaxAttempts and counted", check: func(s *suite) {
-		const rule = "MaxAttempts counts re-attempts after the first run"
+	{name: "Retry/attempts are bounded by MaxRetries and counted", check: func(s *suite) {
+		const rule = "MaxRetries counts re-attempts after the first run"
 		req := s.request(ModeFlaky)
 		req.FailTimes = 10
 		r := s.call(FixtureRead, req, "")
 		s.expect(rule, r, middleware.CodeExecutionFailed)
 		s.wantRuns(rule, req.ID, 3)
-		if r.Envelope.Attempts != 3 || r.Header.Get(middleware.HeaderAttempts) != "3" {
-			s.Errorf("%s: envelope says %d attempts, header %q, want 3", rule, r.Envelope.Attempts, r.Header.Get(middleware.HeaderAttempts))
+		if r.Envelope.Attempts != 3 || r.Header.Get(adapter.HeaderAttempts) != "3" {
+			s.Errorf("%s: envelope says %d attempts, header %q, want 3", rule, r.Envelope.Attempts, r.Header.Get(adapter.HeaderAttempts))
 		}
 	}},
 	{name: "Timeout/an attempt's own timeout is TIMEOUT", check: func(s *suite) {
@@ -343,9 +418,7 @@ var adapterRules = []adapterRule{
 			s.Errorf("%s: the late result reached the client: %+v", rule, r.Response)
 		}
 		s.wait(s.returned[req.ID], "the abandoned handler to return")
-		s.eventually("capability.abandoned_result", func() bool {
-			return slices.ContainsFunc(s.rec.Execution(r.Envelope.ExecutionID), func(e middleware.Event) bool { return e.Type == middleware.EventAbandonedResult })
-		})
+		s.waitEvent(r.Envelope.ExecutionID, middleware.EventAbandonedResult)
 	}},
 	{name: "Isolation/an abandoned attempt never writes to the client", check: func(s *suite) {
 		const rule = "only the finalized attempt's headers reach the wire"
@@ -387,10 +460,16 @@ var adapterRules = []adapterRule{
 		req := s.request(ModeHang)
 		ctx, cancel := context.WithTimeout(s.Context(), attemptTimeout/3)
 		defer cancel()
-		s.client.Call(ctx, FixtureRead, req, "")
+		r := s.client.Call(ctx, FixtureRead, req, "")
 		runs := s.wantRuns(rule, req.ID, 1)
 		if finals := s.final(runs[0].ID); finals[0].Code != middleware.CodeCancelled {
 			s.Errorf("%s: final event code %s, want CANCELLED", rule, finals[0].Code)
+		}
+		// When the client read the server's answer before its own timer
+		// fired, that answer is DeadlineExceeded, as every gRPC server
+		// reports a caller's deadline.
+		if r.Envelope.ExecutionID != "" && r.Status != nil && r.Status.Code != StatusDeadlineExceeded {
+			s.Errorf("the caller's own deadline is written as DeadlineExceeded: the client read code %d", r.Status.Code)
 		}
 	}},
 	{name: "Envelope/exactly one envelope and one final event per call", check: func(s *suite) {
@@ -427,7 +506,7 @@ var adapterRules = []adapterRule{
 		req := s.request(ModeOK)
 		r := s.call(FixtureRead, req, "")
 		s.expect(rule, r, middleware.CodeOK)
-		if r.Header.Get(middleware.HeaderExecutionID) != r.Response.ExecutionID || r.Header.Get(middleware.HeaderAttempts) != "1" {
+		if r.Header.Get(adapter.HeaderExecutionID) != r.Response.ExecutionID || r.Header.Get(adapter.HeaderAttempts) != "1" {
 			s.Errorf("%s: headers %v, handler ran in %s", rule, r.Header, r.Response.ExecutionID)
 		}
 	}},
@@ -454,6 +533,9 @@ var adapterRules = []adapterRule{
 		r := s.call(FixtureWrite, s.request(ModeFail), "")
 		s.expect(rule, r, middleware.CodeExecutionFailed)
 		s.concealed(rule, r)
+		if !r.EngineDetail {
+			s.Errorf("%s: a concealed error is the engine's outcome and carries its detail", rule)
+		}
 	}},
 	{name: "Concealment/a panic is concealed and not retried", check: func(s *suite) {
 		const rule = "a panicking handler is a concealed, non-retryable EXECUTION_FAILED"
@@ -470,11 +552,11 @@ var adapterRules = []adapterRule{
 		s.expect(rule, r, middleware.CodeApprovalRequired)
 		s.wantRuns(rule, req.ID, 0)
 		id := r.Envelope.ApprovalID
-		if !middleware.ValidApprovalID(id) || r.Envelope.Status != middleware.StatusApprovalRequired {
+		if !store.ValidApprovalID(id) || r.Envelope.Status != middleware.StatusApprovalRequired {
 			s.Fatalf("%s: the envelope must carry the new approval id: %+v", rule, r.Envelope)
 		}
 		s.expect(rule, s.call(FixtureGated, req, id), middleware.CodeApprovalPending)
-		if _, err := s.eng.Decide(s.Context(), id, middleware.Decision{Approve: true, Approver: suiteApprover}); err != nil {
+		if _, err := s.eng.Decide(s.Context(), id, store.Decision{Approve: true, Approver: suiteApprover}); err != nil {
 			s.Fatal(err)
 		}
 		r = s.call(FixtureGated, req, id)
@@ -493,9 +575,92 @@ var adapterRules = []adapterRule{
 		r := s.call(FixtureRead, req, "apr_not-an-id")
 		s.expect(rule, r, middleware.CodeInvalidArgument)
 		s.wantRuns(rule, req.ID, 0)
-		if !strings.Contains(r.Envelope.Error.Message, middleware.HeaderApprovalID) {
+		if !strings.Contains(r.Envelope.Error.Message, adapter.HeaderApprovalID) {
 			s.Errorf("%s: message %q does not name the header", rule, r.Envelope.Error.Message)
 		}
+	}},
+	{name: "Status/a framework deadline status after the attempt's deadline is TIMEOUT", check: func(s *suite) {
+		const rule = "a framework cancel or deadline status after the context ended is the context's outcome"
+		req := s.request(ModeFrameworkDeadline)
+		r := s.call(FixtureSlow, req, "")
+		s.expect(rule, r, middleware.CodeTimeout)
+		s.wantRuns(rule, req.ID, 1)
+		if !r.EngineDetail {
+			s.Errorf("%s: TIMEOUT is the engine's outcome and carries its detail", rule)
+		}
+	}},
+	{name: "Status/a framework Unavailable status is transient", check: func(s *suite) {
+		const rule = "a framework's Unavailable is retried where the capability allows"
+		req := s.request(ModeUnavailable)
+		req.FailTimes = 1
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		s.wantRuns(rule, req.ID, 2)
+	}},
+	{name: "Status/a handler's framework error reaches the client unchanged", check: func(s *suite) {
+		const rule = "a framework error the handler returned passes through unchanged: code, message, details; no agentsafe detail"
+		req := s.request(ModeFrameworkError)
+		r := s.call(FixtureWrite, req, "")
+		s.expect(rule, r, middleware.CodeExecutionFailed)
+		s.wantRuns(rule, req.ID, 1)
+		want := Status{Code: StatusUnimplemented, Message: FrameworkErrorMessage, Detail: FrameworkErrorDetail}
+		if r.Status == nil || *r.Status != want {
+			s.Errorf("%s: the client decoded %+v, want %+v", rule, r.Status, want)
+		}
+		if r.EngineDetail {
+			s.Errorf("%s: the handler's own error gained agentsafe's detail", rule)
+		}
+		if r.Header.Get(adapter.HeaderCode) != middleware.CodeExecutionFailed.String() || r.Header.Get(adapter.HeaderRetryable) != "false" {
+			s.Errorf("%s: the envelope's code and retryable flag travel as %s and %s: got %q and %q", rule,
+				adapter.HeaderCode, adapter.HeaderRetryable, r.Header.Get(adapter.HeaderCode), r.Header.Get(adapter.HeaderRetryable))
+		}
+	}},
+	{name: "Isolation/a handler that mutates its input cannot change the next attempt's", check: func(s *suite) {
+		const rule = "each attempt gets the input as the caller sent it"
+		req := s.request(ModeMutate)
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		s.wantRuns(rule, req.ID, 2)
+		if n := len(s.runsOf(MutatedID)); n > 0 {
+			s.Errorf("%s: %d attempts saw the input attempt 1 mutated", rule, n)
+		}
+	}},
+	{name: "Envelope/a relayed downstream envelope never shadows this one", check: func(s *suite) {
+		const rule = "the envelope's headers are the engine's alone"
+		req := s.request(ModeRelay)
+		r := s.call(FixtureRead, req, "")
+		s.expect(rule, r, middleware.CodeOK)
+		runs := s.wantRuns(rule, req.ID, 1)
+		if r.Envelope.ExecutionID != runs[0].ID || r.Envelope.Attempts != 1 || r.Envelope.ApprovalID != "" {
+			s.Errorf("%s: the client read %+v, the call ran as %s", rule, r.Envelope, runs[0].ID)
+		}
+		for h, want := range map[string][]string{
+			adapter.HeaderExecutionID: {runs[0].ID},
+			adapter.HeaderAttempts:    {"1"},
+			adapter.HeaderApprovalID:  nil,
+			adapter.HeaderCode:        nil,
+		} {
+			if got := r.Header.Values(h); !slices.Equal(got, want) {
+				s.Errorf("%s: %s on the wire = %q, want %q", rule, h, got, want)
+			}
+		}
+	}},
+	{name: "Audit/a strict audit sink that cannot record the request refuses the call", engine: []middleware.Option{middleware.WithAuditSink(failingAudit{})}, check: func(s *suite) {
+		const rule = "no record, no effect: AUDIT_UNAVAILABLE, nothing runs, safe to re-invoke"
+		req := s.request(ModeOK)
+		r := s.call(FixtureWrite, req, "")
+		s.expect(rule, r, middleware.CodeAuditUnavailable)
+		s.wantRuns(rule, req.ID, 0)
+		if !r.Envelope.Error.Retryable {
+			s.Errorf("%s: nothing ran, so re-invoking is safe: envelope %+v", rule, r.Envelope.Error)
+		}
+	}},
+	{name: "Audit/a strict audit sink slower than its bound refuses the call", engine: []middleware.Option{middleware.WithAuditSink(slowAudit{}, slowTimeout)}, check: func(s *suite) {
+		const rule = "an audit record that does not arrive in time is a failure: nothing runs"
+		req := s.request(ModeOK)
+		r := s.call(FixtureWrite, req, "")
+		s.expect(rule, r, middleware.CodeAuditUnavailable)
+		s.wantRuns(rule, req.ID, 0)
 	}},
 	{name: "Stream/a stream carries ids and ends in one envelope", stream: true, check: func(s *suite) {
 		const rule = "a governed stream has ids and one envelope"
@@ -533,8 +698,8 @@ func firstExec(msgs []Response) string {
 
 func (s *suite) concealed(rule string, r Result) {
 	s.Helper()
-	if r.Envelope.Error == nil || r.Envelope.Error.Message != middleware.ConcealedMessage {
-		s.Errorf("%s: envelope message %+v, want %q", rule, r.Envelope.Error, middleware.ConcealedMessage)
+	if r.Envelope.Error == nil || r.Envelope.Error.Message != adapter.ConcealedMessage {
+		s.Errorf("%s: envelope message %+v, want %q", rule, r.Envelope.Error, adapter.ConcealedMessage)
 	}
 	for what, text := range map[string]string{"error": fmt.Sprint(r.Err), "body": string(r.Body), "headers": fmt.Sprint(r.Header)} {
 		if strings.Contains(text, secret) {

@@ -15,18 +15,25 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
-// direct is a minimal adapter with no framework: its "wire" is the
-// Agentsafe-* headers plus, on error, the envelope's JSON body. bug plants
-// one defect, for showing that the suite catches it.
+// direct is a minimal adapter with no framework, called in process: its
+// "wire" is the Agentsafe-* headers plus, on an error the engine decided,
+// the envelope's JSON body; a handler's *conformance.Status is its
+// framework's own error and passes as it is. bug plants one defect, for
+// showing that the suite catches it.
 type direct struct{ bug string }
 
 func (direct) Procedure(f conformance.Fixture) string { return "/conformance.v1.Direct/" + string(f) }
+
+// InProcess: the suite runs every rule in a synctest bubble.
+func (direct) InProcess() bool { return true }
 
 func (d direct) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
 	return &directClient{d: d, eng: eng, handle: handle, stream: stream}
@@ -44,48 +51,85 @@ type attemptOut struct {
 	header http.Header
 }
 
-func (c *directClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
-	body, _ := json.Marshal(req)
-	call := middleware.Call{Procedure: c.d.Procedure(f), Input: middleware.JSONInput(body), ApprovalID: approvalID}
-	attempt := func(ctx context.Context) (any, error) {
-		h := http.Header{} // each attempt's own header sink
-		resp, err := c.handle(ctx, f, req, h.Set)
-		if err != nil {
-			return nil, err
-		}
-		return &attemptOut{resp, h}, nil
+// directStatus is the adapter's one function from its framework's errors
+// (here *conformance.Status) to codes.
+func directStatus(err error) (uint32, string, bool) {
+	if st, ok := errors.AsType[*conformance.Status](err); ok {
+		return st.Code, st.Message, true
 	}
-	v, env, err := c.eng.Execute(ctx, call, attempt)
+	return 0, "", false
+}
+
+func (c *directClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
+	route := adapter.Resolve(c.eng, c.d.Procedure(f))
+	body, _ := json.Marshal(req)
+	call := adapter.Call[*attemptOut]{Input: adapter.JSONInput(body), ApprovalID: approvalID, Surface: adapter.SurfaceRPC, Status: directStatus}
+	attempt := func(ctx context.Context) (*attemptOut, error) {
+		out := &attemptOut{header: http.Header{}} // each attempt's own header sink
+		in := req                                 // and its own copy of the input
+		var err error
+		out.resp, err = c.handle(ctx, f, in, out.header.Set)
+		if in.Mode == conformance.ModeMutate {
+			in.ID = conformance.MutatedID // a careless handler changes its input
+		}
+		return out, err
+	}
+	if c.d.bug == "shares-input" {
+		attempt = func(ctx context.Context) (*attemptOut, error) {
+			out := &attemptOut{header: http.Header{}}
+			var err error
+			out.resp, err = c.handle(ctx, f, req, out.header.Set)
+			if req.Mode == conformance.ModeMutate {
+				req.ID = conformance.MutatedID // the input every attempt shares
+			}
+			return out, err
+		}
+	}
+	out, env, err := adapter.Execute(ctx, route, call, attempt)
 	switch c.d.bug {
 	case "retries-writes":
 		if e, ok := errors.AsType[*middleware.Error](err); ok && e.Retryable && f == conformance.FixtureWrite {
-			v, env, err = c.eng.Execute(ctx, call, attempt)
+			out, env, err = adapter.Execute(ctx, route, call, attempt)
 		}
 	case "finalizes-twice":
-		c.eng.Execute(ctx, call, func(context.Context) (any, error) { return v, err })
+		adapter.Execute(ctx, route, call, func(context.Context) (*attemptOut, error) { return out, err })
 	}
 	if ctx.Err() != nil {
 		return conformance.Result{Err: ctx.Err()} // the client left: it sees nothing
 	}
 	wire := http.Header{}
 	res := conformance.Result{Header: wire}
-	if c.d.bug != "drops-envelope" || err != nil {
-		env.SetHeaders(wire)
+	if out != nil {
+		adapter.DelHeaders(out.header) // a handler's copies belong to another execution
 	}
-	if err != nil {
-		res.Body, _ = json.Marshal(env)
-		res.Err = errors.New(env.Error.Message) // the client sees the envelope, not the cause
-	} else {
-		out := v.(*attemptOut)
+	if out != nil && err == nil {
 		for k, vs := range out.header {
 			wire[k] = vs
 		}
+	}
+	if c.d.bug != "drops-envelope" || err != nil {
+		adapter.SetHeaders(wire, env)
+	}
+	if c.d.bug == "keeps-relayed-headers" && out != nil && err == nil {
+		wire.Add(adapter.HeaderExecutionID, "exe_00000000000000000000000000000001")
+	}
+	if own, ok := adapter.HandlerError(err); ok {
+		res.Err = own // the framework's own error, as it is
+		res.Status, _ = errors.AsType[*conformance.Status](own)
+	} else if err != nil {
+		res.Body, _ = json.Marshal(env)
+		res.Err = errors.New(env.Error.Message) // the client sees the envelope, not the cause
+		res.EngineDetail = true
+		res.Status = &conformance.Status{Code: adapter.RPCCode(err), Message: env.Error.Message}
+	} else {
 		res.Response = &out.resp
 	}
 	// Decode the envelope from the wire, as a client helper would.
-	res.Envelope, _ = middleware.EnvelopeFromHeaders(wire)
+	res.Envelope, _ = adapter.ReadHeaders(wire)
 	if res.Body != nil {
 		json.Unmarshal(res.Body, &res.Envelope)
+	} else if res.Envelope.Error != nil && res.Status != nil {
+		res.Envelope.Error.Message = res.Status.Message
 	}
 	return res
 }
@@ -93,10 +137,11 @@ func (c *directClient) Call(ctx context.Context, f conformance.Fixture, req conf
 func (c *directClient) Stream(ctx context.Context, req conformance.Request) ([]conformance.Response, conformance.Result) {
 	var msgs []conformance.Response
 	wire := http.Header{}
-	env, err := c.eng.ExecuteStream(ctx, middleware.Call{Procedure: c.d.Procedure(conformance.FixtureStream)}, func(ctx context.Context) error {
+	route := adapter.Resolve(c.eng, c.d.Procedure(conformance.FixtureStream))
+	env, err := adapter.ExecuteStream(ctx, route, adapter.Call[struct{}]{Surface: adapter.SurfaceRPC, Status: directStatus}, func(ctx context.Context) error {
 		return c.stream(ctx, req, wire.Set, func(r conformance.Response) error { msgs = append(msgs, r); return nil })
 	})
-	env.SetHeaders(wire)
+	adapter.SetHeaders(wire, env)
 	res := conformance.Result{Header: wire, Envelope: env}
 	if err != nil {
 		res.Err = errors.New(env.Error.Message)
@@ -128,8 +173,10 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 		t.Skip("inside a planted run")
 	}
 	for bug, want := range map[string][]string{
-		"retries-writes":  {"Retry/the_adapter_never_retries_a_write_on_its_own"},
-		"finalizes-twice": {"Envelope/exactly_one_envelope_and_one_final_event_per_call"},
+		"retries-writes":        {"Retry/the_adapter_never_retries_a_write_on_its_own"},
+		"finalizes-twice":       {"Envelope/exactly_one_envelope_and_one_final_event_per_call"},
+		"shares-input":          {"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's"},
+		"keeps-relayed-headers": {"Envelope/a_relayed_downstream_envelope_never_shadows_this_one"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
 			"Retry/an_idempotent_write_with_retry_configured_is_retried",
@@ -138,6 +185,9 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Envelope/ids_reach_the_wire_on_success",
 			"Idempotency/the_key_is_stable_across_retries_and_unique_across_calls",
 			"Approval/request,_approve,_resume_and_consume_once",
+			"Status/a_framework_Unavailable_status_is_transient",
+			"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's",
+			"Envelope/a_relayed_downstream_envelope_never_shadows_this_one",
 		},
 	} {
 		t.Run(bug, func(t *testing.T) {

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -56,7 +57,96 @@ const (
 	// ModeHeaders sets X-Conformance-Attempt to its attempt number, then
 	// fails retryably on attempt 1 and succeeds after.
 	ModeHeaders Mode = "headers"
+	// ModeFrameworkDeadline waits until its context ends, then returns the
+	// framework's own DeadlineExceeded status (a *Status), as a framework
+	// handler that checks its context, or a downstream call on it, would.
+	ModeFrameworkDeadline Mode = "framework-deadline"
+	// ModeUnavailable fails FailTimes times with the framework's own
+	// Unavailable status (a *Status), then succeeds.
+	ModeUnavailable Mode = "unavailable"
+	// ModeFrameworkError fails with the framework's own error: a *Status
+	// with code Unimplemented, [FrameworkErrorMessage] and
+	// [FrameworkErrorDetail].
+	ModeFrameworkError Mode = "framework-error"
+	// ModeMutate is a careless handler that changes its input: the
+	// harness's framework handler, seeing this mode in the decoded request,
+	// sets the request message's id to [MutatedID], in place, after the
+	// suite's handler returned. Attempt 1 fails retryably; the retry must
+	// see the input as the caller sent it.
+	ModeMutate Mode = "mutate"
+	// ModeRelay sets, through setHeader, the envelope's headers a
+	// downstream governed response would carry (Agentsafe-Execution-Id and
+	// the others, naming another execution), as a handler relaying that
+	// response's headers would, then succeeds.
+	ModeRelay Mode = "relay"
 )
+
+// What ModeFrameworkError and ModeMutate use.
+const (
+	FrameworkErrorMessage = "conformance: the feature is switched off"
+	FrameworkErrorDetail  = "conformance-detail"
+	MutatedID             = "mutated-by-the-handler"
+)
+
+// The canonical codes (the numbering gRPC and Connect share) of the
+// statuses the suite's handler returns.
+const (
+	StatusCanceled         uint32 = 1
+	StatusDeadlineExceeded uint32 = 4
+	StatusUnimplemented    uint32 = 12
+	StatusInternal         uint32 = 13
+	StatusUnavailable      uint32 = 14
+)
+
+// Status is an error in the terms RPC frameworks share: a canonical code,
+// a message and one detail. The suite's handler returns a *Status for the
+// modes that exercise a framework's own errors; the harness's framework
+// handler turns it into its framework's error before returning it
+// (connect.NewError with Detail in an error detail, a gRPC status with
+// details, a twirp.Error with Detail as meta, a net/http response with
+// [Status.HTTPStatus] and Message as its body), and the harness's client
+// turns a framework error back into a Status for [Result.Status].
+type Status struct {
+	Code    uint32
+	Message string
+	// Detail is carried as the framework carries details (an error
+	// detail, meta, a header for net/http: X-Conformance-Detail).
+	Detail string
+}
+
+func (s *Status) Error() string { return fmt.Sprintf("status %d: %s", s.Code, s.Message) }
+
+// HTTPStatus is how a net/http handler answers with s: 499 Canceled, 504
+// DeadlineExceeded, 501 Unimplemented, 503 Unavailable, 500 otherwise.
+func (s *Status) HTTPStatus() int {
+	switch s.Code {
+	case StatusCanceled:
+		return 499
+	case StatusDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case StatusUnimplemented:
+		return http.StatusNotImplemented
+	case StatusUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// StatusFromHTTP is the inverse of [Status.HTTPStatus], for net/http
+// clients.
+func StatusFromHTTP(status int) uint32 {
+	switch status {
+	case 499:
+		return StatusCanceled
+	case http.StatusGatewayTimeout:
+		return StatusDeadlineExceeded
+	case http.StatusNotImplemented:
+		return StatusUnimplemented
+	case http.StatusServiceUnavailable:
+		return StatusUnavailable
+	}
+	return StatusInternal
+}
 
 // Request is a fixture call's input. A harness carries it over its wire in
 // whatever form its framework uses (this repository's adapters use the
@@ -132,4 +222,21 @@ type Result struct {
 	// Body is the raw response body, where the framework exposes one; it is
 	// checked for concealment too.
 	Body []byte
+	// Status is the framework's error as the client decoded it (code,
+	// message, the suite's detail), nil on success.
+	Status *Status
+	// EngineDetail reports that the error carried agentsafe's own detail:
+	// the agentsafe.v1.ErrorDetail (Connect, gRPC), agentsafe_ meta
+	// (Twirp), the JSON envelope as the body (net/http). Only errors the
+	// engine decided carry it; a framework's own error never does.
+	EngineDetail bool
+}
+
+// InProcess is implemented by harnesses whose client calls the server in
+// process, through no socket (an http.Handler called directly, an
+// in-memory transport). For them [RunAdapter] runs every rule inside a
+// testing/synctest bubble: the suite's timeouts and waits run on a fake
+// clock, with no sleeps or polling, and Start is called inside the bubble.
+type InProcess interface {
+	InProcess() bool
 }

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
+	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // readService answers Read at once.
@@ -35,10 +37,11 @@ func (readService) Read(_ context.Context, req *connect.Request[testv1.Request])
 // order, so noise hits both alike; it reports the median of each and the
 // overhead of the governed median over the bare one.
 func BenchmarkUnary(b *testing.B) {
-	guard, err := connectadapter.New(nil)
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		b.Fatal(err)
 	}
+	guard := connectadapter.NewInterceptor(eng)
 	client := func(b *testing.B, opts ...connect.HandlerOption) testv1connect.TestServiceClient {
 		mux := http.NewServeMux()
 		mux.Handle(testv1connect.NewTestServiceHandler(readService{}, opts...))

@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // The execution's idempotency key reaches a downstream Connect server as
@@ -46,7 +48,7 @@ func TestIdempotencyKeyReachesDownstream(t *testing.T) {
 				return nil, err
 			}
 			own := request(&testv1.Request{})
-			own.Header().Set(middleware.HeaderIdempotencyKey, "app-chosen-key")
+			own.Header().Set(adapter.HeaderIdempotencyKey, "app-chosen-key")
 			if _, err := downstream.Ungoverned(ctx, own); err != nil {
 				return nil, err
 			}
@@ -111,15 +113,16 @@ func equalReceived(got, want []received) bool {
 // The server interceptor does nothing on a client, and the client
 // interceptor nothing on a handler.
 func TestInterceptorSides(t *testing.T) {
-	guard, err := connectadapter.New(nil)
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	guard := connectadapter.NewInterceptor(eng)
 	var incomingKey string
 	down := newServer(t, serverConfig{
 		after: []connect.Interceptor{connectadapter.NewClientInterceptor("127.0.0.1")},
 		handle: func(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
-			incomingKey = req.Header().Get(middleware.HeaderIdempotencyKey)
+			incomingKey = req.Header().Get(adapter.HeaderIdempotencyKey)
 			return behave(ctx, req)
 		},
 	})
@@ -128,7 +131,7 @@ func TestInterceptorSides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Header().Get(middleware.HeaderExecutionID); got != res.Msg.GetExecutionId() {
+	if got := res.Header().Get(adapter.HeaderExecutionID); got != res.Msg.GetExecutionId() {
 		t.Errorf("client sees execution %q, the server ran %q: the server interceptor acted on the client", got, res.Msg.GetExecutionId())
 	}
 	if incomingKey != "" {

@@ -2,6 +2,8 @@ package connectadapter_test
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"testing"
@@ -13,6 +15,9 @@ import (
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // TestConformance runs the conformance suite through the Connect adapter,
@@ -54,15 +59,32 @@ func (s conformanceService) serve(ctx context.Context, f conformance.Fixture, re
 	// Response headers go through Connect's own per-call API, which the
 	// adapter isolates per attempt.
 	info, _ := connect.CallInfoForHandlerContext(ctx)
-	resp, err := s.handle(ctx, f, toFixture(req.Msg), func(k, v string) {
-		if info != nil {
-			info.ResponseHeader().Set(k, v)
-		}
-	})
+	resp, err := s.handle(ctx, f, toFixture(req.Msg), info.ResponseHeader().Set)
+	if req.Msg.GetMode() == string(conformance.ModeMutate) {
+		req.Msg.Id = conformance.MutatedID // a careless handler changes its input, in place
+	}
 	if err != nil {
-		return nil, err
+		return nil, connectError(err)
 	}
 	return connect.NewResponse(fromFixture(resp)), nil
+}
+
+// connectError is the suite's *conformance.Status as Connect's own error,
+// its detail as an error detail; other errors are left as they are.
+func connectError(err error) error {
+	st, ok := errors.AsType[*conformance.Status](err)
+	if !ok {
+		return err
+	}
+	ce := connect.NewError(connect.Code(st.Code), errors.New(st.Message))
+	if st.Detail != "" {
+		d, derr := connect.NewErrorDetail(wrapperspb.String(st.Detail))
+		if derr != nil {
+			panic(derr)
+		}
+		ce.AddDetail(d)
+	}
+	return ce
 }
 
 func (s conformanceService) Read(ctx context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
@@ -84,8 +106,8 @@ func (s conformanceService) Ungoverned(context.Context, *connect.Request[testv1.
 	return connect.NewResponse(&testv1.Response{}), nil
 }
 func (s conformanceService) Stream(ctx context.Context, r *connect.Request[testv1.Request], st *connect.ServerStream[testv1.Response]) error {
-	return s.stream(ctx, toFixture(r.Msg), func(k, v string) { st.ResponseHeader().Set(k, v) },
-		func(resp conformance.Response) error { return st.Send(fromFixture(resp)) })
+	return connectError(s.stream(ctx, toFixture(r.Msg), st.ResponseHeader().Set,
+		func(resp conformance.Response) error { return st.Send(fromFixture(resp)) }))
 }
 
 type conformanceClient struct {
@@ -95,7 +117,7 @@ type conformanceClient struct {
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
 	r := connect.NewRequest(fixture.ProtoRequest(req))
 	if approvalID != "" {
-		r.Header().Set(middleware.HeaderApprovalID, approvalID)
+		r.Header().Set(adapter.HeaderApprovalID, approvalID)
 	}
 	call := map[conformance.Fixture]func(context.Context, *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error){
 		conformance.FixtureRead: c.c.Read, conformance.FixtureWrite: c.c.Write, conformance.FixtureIdempotentWrite: c.c.IdempotentWrite,
@@ -103,19 +125,32 @@ func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req 
 	}[f]
 	res, err := call(ctx, r)
 	env, _ := connectadapter.ReadEnvelope(res, err)
-	out := conformance.Result{Envelope: env, Err: err, Header: http.Header{}}
 	if err != nil {
-		if ce, ok := err.(*connect.Error); ok {
-			out.Header = ce.Meta()
-		}
+		return failed(env, http.Header{}, err)
+	}
+	out := conformance.Result{Envelope: env, Header: res.Header().Clone(), Response: new(fixture.Response(res.Msg))}
+	maps.Copy(out.Header, res.Trailer())
+	return out
+}
+
+// failed is the result of a failed call: the Connect error as the client
+// decoded it, and whether agentsafe's detail came with it.
+func failed(env middleware.Envelope, header http.Header, err error) conformance.Result {
+	out := conformance.Result{Envelope: env, Header: header, Err: err}
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok {
 		return out
 	}
-	out.Header = res.Header().Clone()
-	for k, vs := range res.Trailer() {
-		out.Header[k] = append(out.Header[k], vs...)
+	maps.Copy(out.Header, ce.Meta())
+	out.Status = &conformance.Status{Code: uint32(ce.Code()), Message: ce.Message()}
+	for _, d := range ce.Details() {
+		switch v, _ := d.Value(); v := v.(type) {
+		case *wrapperspb.StringValue:
+			out.Status.Detail = v.GetValue()
+		case *agentsafev1.ErrorDetail:
+			out.EngineDetail = true
+		}
 	}
-	m := res.Msg
-	out.Response = new(fixture.Response(m))
 	return out
 }
 
@@ -123,22 +158,18 @@ func (c conformanceClient) Stream(ctx context.Context, req conformance.Request) 
 	st, err := c.c.Stream(ctx, connect.NewRequest(fixture.ProtoRequest(req)))
 	if err != nil {
 		env, _ := connectadapter.ReadEnvelope(nil, err)
-		return nil, conformance.Result{Envelope: env, Err: err, Header: http.Header{}}
+		return nil, failed(env, http.Header{}, err)
 	}
 	defer st.Close()
 	var msgs []conformance.Response
 	for st.Receive() {
-		m := st.Msg()
-		msgs = append(msgs, fixture.Response(m))
+		msgs = append(msgs, fixture.Response(st.Msg()))
 	}
 	h := st.ResponseHeader().Clone()
-	for k, vs := range st.ResponseTrailer() {
-		h[k] = append(h[k], vs...)
+	maps.Copy(h, st.ResponseTrailer())
+	env, _ := connectadapter.ReadEnvelopeHeader(st.ResponseTrailer(), st.Err())
+	if st.Err() != nil {
+		return msgs, failed(env, h, st.Err())
 	}
-	env, _ := connectadapter.ReadEnvelopeHeader(h, st.Err())
-	out := conformance.Result{Envelope: env, Err: st.Err(), Header: h}
-	if st.Err() == nil {
-		out.Response = &conformance.Response{}
-	}
-	return msgs, out
+	return msgs, conformance.Result{Envelope: env, Header: h, Response: &conformance.Response{}}
 }

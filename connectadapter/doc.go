@@ -1,31 +1,27 @@
 // Package connectadapter governs Connect services with agentsafe: one
-// connect.WithInterceptors option, with the capability metadata written as
-// method options in the service's .proto files (or in a Go registry, which
-// replaces an option as a whole).
+// connect.WithInterceptors option around an engine, with the capability
+// metadata written as method options in the service's .proto files (or in
+// a Go registry, which replaces an option as a whole). The [README] walks
+// through adopting it, approvals and the wire format.
 //
 // # Adopting it
 //
-//	guard, err := connectadapter.New(nil) // method options only; or pass a *middleware.Registry
+//	eng, err := middleware.New(nil) // reads and validates every method option
 //	if err != nil {
 //		log.Fatal(err) // invalid metadata: every problem, naming procedure and field
 //	}
-//	mux.Handle(ordersv1connect.NewOrderServiceHandler(svc, connect.WithInterceptors(guard)))
-//
-// Building the interceptor builds the engine ([middleware.New]), which reads
-// the method options of every descriptor in protoregistry.GlobalFiles (where
-// generated code registers itself) and validates everything once; an
-// invalid option — a retry on a write not declared idempotent, an unknown
-// enum value — fails here, never at call time. [New] also marks the Go
-// registry's entries for streaming methods as streaming (from their
-// descriptors), so approval on a stream is refused here too. Use
-// [NewInterceptor] to share an engine built elsewhere.
+//	mux.Handle(ordersv1connect.NewOrderServiceHandler(svc,
+//		connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
 //
 // Handlers read their execution id, idempotency key and attempt with
 // middleware.ExecutionFromContext. To pass the key on to a downstream
-// Connect service, give its client a [ClientInterceptor] naming its host:
+// Connect service, give its client a [ClientInterceptor] and an
+// *http.Client from [KeyHTTPClient], both naming its hosts:
 //
-//	payments := paymentsv1connect.NewPaymentServiceClient(http.DefaultClient, url,
-//		connect.WithInterceptors(connectadapter.NewClientInterceptor("payments.internal")))
+//	hosts := []string{"payments.internal"}
+//	payments := paymentsv1connect.NewPaymentServiceClient(
+//		connectadapter.KeyHTTPClient(http.DefaultClient, hosts...), url,
+//		connect.WithInterceptors(connectadapter.NewClientInterceptor(hosts...)))
 //
 // Clients read the envelope back with [ReadEnvelope]:
 //
@@ -38,97 +34,72 @@
 //
 // For each call, on the serving goroutine:
 //
-//  1. Resolve: a client-side call, or a procedure the engine does not govern,
-//     goes straight to the next handler. The procedure is resolved by name
-//     (Spec.Procedure) against the engine, which merged the method options
-//     and the registry when it was built. A procedure whose method
-//     descriptor (Spec.Schema) carries the capability option but which the
-//     engine does not know — its file was not in the files the engine
-//     scanned (see middleware.WithProtoFiles) — fails closed with Internal
-//     instead of running ungoverned: its .proto file promises what the
-//     engine would not enforce.
+//  1. A client-side call, or a procedure the engine does not govern, goes
+//     straight to the next handler. The procedure (Spec.Procedure) is
+//     resolved once against the engine.
 //  2. The engine runs the pipeline (see package middleware). A unary call's
-//     input is its request message, bound for digests and approvals through
-//     protojson and canonical JSON; the Agentsafe-Approval-Id request header
-//     is handed over as is (a malformed one is refused InvalidArgument,
-//     naming the header, before anything runs).
+//     input is its request message; the Agentsafe-Approval-Id request
+//     header is handed over as is.
 //  3. Each attempt calls the rest of the interceptor chain and the handler.
-//  4. Stage 8 writes the envelope: see "The wire" below.
-//
-// Interceptors listed before this one in connect.WithInterceptors wrap the
-// whole execution and run once per call (put authentication there, so the
-// actor function given with middleware.WithActor can read its result from
-// the context); those listed after it run once per attempt.
+//     Interceptors listed before this one run once per call (put
+//     authentication there, for the actor function of middleware.WithActor);
+//     those listed after it run once per attempt.
+//  4. The finalized attempt's response headers and the envelope go to the
+//     wire: see "The wire" below.
 //
 // # Unary calls and attempt isolation
 //
-// Unary calls get the whole pipeline, runtime retries included. Every
-// attempt runs on its own goroutine and may be abandoned at its deadline
-// while the next one starts, so each attempt has:
+// Every attempt runs on its own goroutine and may be abandoned at its
+// deadline while the next one starts, so each attempt has:
 //
-//   - its own request message: the first attempt to run gets the request as
+//   - its own request message: the first attempt gets the request as
 //     received; when the capability may retry, a pristine proto.Clone is
-//     taken before any attempt runs, and every later attempt gets its own
-//     clone of it, in its own *connect.Request of the same type (same spec,
-//     peer and HTTP method). An attempt that mutates its message never
-//     changes what the next one sees;
-//   - its own response header and trailer sink: a handler (or a later
-//     interceptor) that writes through connect.CallInfoForHandlerContext
-//     writes into the attempt's own maps, because the attempt's context
-//     answers the lookup of Connect's CallInfo with the attempt's; the
-//     headers and trailers on the *connect.Response it returns are its own
-//     anyway. After the engine has finalized, on the serving goroutine, the
-//     sink of the attempt the envelope reports on — the one that succeeded,
-//     or the last one, if it returned an error — is copied into Connect's.
-//     The sinks of retried, abandoned or panicking attempts never reach the
-//     wire, and an abandoned attempt writing late only touches its own maps,
-//     so it never races with Connect writing the response.
+//     taken before it runs, and every later attempt gets its own clone of
+//     that, in its own *connect.Request of the same type (same spec, peer
+//     and HTTP method);
+//   - its own response header and trailer maps: the attempt's context
+//     answers connect.CallInfoForHandlerContext with the attempt's own
+//     CallInfo. Only the finalized attempt's reach the wire, copied on the
+//     serving goroutine once it has returned; a late attempt writing its
+//     maps never races with Connect.
 //
 // Not isolated, because Connect has no public way to give each attempt its
-// own: the request header map (request.Header() and
-// CallInfo.RequestHeader()) is shared by all attempts. Read it; do not write
-// it. Messages that are not protobuf messages (a custom codec) cannot be
-// cloned and are shared too, and have no input to bind.
+// own: the request header map, shared by all attempts (read it; do not
+// write it), and messages that are not protobuf messages (a custom codec),
+// which are shared and have no input to bind.
 //
 // # Streams
 //
-// Streaming handlers (client, server and bidirectional) run once,
-// synchronously: a stream cannot be replayed or abandoned. They get the
-// timeout only if the capability sets one, cancellation, ids, events and one
-// envelope, never a retry, an approval or a digest. The Agentsafe-Execution-Id
-// and Agentsafe-Attempts response headers are set before the handler runs, so
-// they go out with the first message; on success the same headers are
-// repeated as trailers, the envelope's place in a stream.
+// Streaming handlers run once, synchronously: a stream cannot be replayed
+// or abandoned. They get a timeout only if the capability sets one,
+// cancellation, ids, events and one envelope; never a retry, an approval
+// or a digest. Agentsafe-Execution-Id and Agentsafe-Attempts go out in the
+// response headers with the first message; the whole envelope is in the
+// trailers, on success and on error.
 //
 // # The wire
 //
-// On success and on error the response carries Agentsafe-Execution-Id,
-// Agentsafe-Attempts and, when set, Agentsafe-Approval-Id as HTTP response
-// headers, in the Connect, gRPC and gRPC-Web protocols alike. (They are not
-// added to the error's metadata as well: Connect would send them twice,
-// and its clients see response headers in connect.Error.Meta anyway.)
+// A unary response carries the envelope as response headers, in the
+// Connect, gRPC and gRPC-Web protocols alike: Agentsafe-Execution-Id,
+// Agentsafe-Attempts and, when set, Agentsafe-Approval-Id; on error also
+// Agentsafe-Code and Agentsafe-Retryable. They are the engine's alone:
+// values a handler sets for them, in its headers, trailers or error
+// metadata, are dropped.
 //
-// On error the client gets a *connect.Error with an agentsafe.v1.ErrorDetail
-// (code name, retryable-for-caller, execution id, approval id, procedure,
-// attempts) and:
+// A handler's own *connect.Error, and an error Connect raised inside the
+// handler (a message too large, say), reaches the client unchanged: code,
+// message, details, metadata. Only the agentsafe detail of an error relayed
+// from a downstream governed call is dropped, since it describes another
+// execution. Every other failure is the engine's: a *connect.Error with the
+// envelope's code (TIMEOUT is DeadlineExceeded, approvals are
+// FailedPrecondition, PermissionDenied or Unavailable, and so on) and
+// message, with an agentsafe.v1.ErrorDetail. A plain Go error is concealed
+// as Internal "the operation failed"; its text reaches events only. The
+// caller leaving is CANCELLED, never retried, and written without the
+// detail as Canceled, or DeadlineExceeded for the caller's own deadline.
+// On the server, the engine's *middleware.Error stays reachable from an
+// error the engine decided with errors.As, for interceptors listed before
+// this one.
 //
-//   - if the handler returned a *connect.Error on purpose (anywhere in its
-//     error chain), its code, message, details and metadata. Its code
-//     Unavailable marks it retryable at run time; its message is declared to
-//     the engine, so envelope, events and wire agree. Metadata of an error
-//     that came off the wire from a downstream call is dropped, as Connect
-//     itself does, and so is a downstream agentsafe's own ErrorDetail;
-//   - otherwise the envelope's code through the engine's one code table
-//     (TIMEOUT is DeadlineExceeded, CANCELLED is Canceled, approvals are
-//     FailedPrecondition, PermissionDenied or Unavailable, and so on) and its
-//     message. A plain Go error is concealed: Internal, "the operation
-//     failed"; its text reaches events only. A *middleware.Error keeps its
-//     message.
-//
-// On the server, the engine's *middleware.Error stays reachable from the
-// returned error with errors.As, for interceptors listed before this one.
-//
-// A call whose client gives up (its deadline or a cancel) ends CANCELLED and
-// is never retried; the client sees its own DeadlineExceeded or Canceled,
-// which carries no envelope.
+// [README]: https://github.com/agentsafe/agentsafe#readme
 package connectadapter

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,8 +12,8 @@ import (
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // envelopeOf rebuilds the envelope the engine produced from its final event
@@ -33,32 +34,35 @@ func envelopeOf(e middleware.Event) middleware.Envelope {
 	return env
 }
 
-// The error detail and the Agentsafe-* headers decode, through a real
+// The Agentsafe-* headers, the error and its detail decode, through a real
 // Connect client in every protocol, to the envelope the engine produced.
+// Only errors the engine decided carry the detail, which names the
+// procedure.
 func TestEnvelopeRoundTrip(t *testing.T) {
 	cases := []struct {
 		name    string
 		call    func(context.Context, testv1connectClient) (connect.AnyResponse, error)
 		code    connect.Code
 		message string
+		detail  bool
 	}{
 		{"completed after a retry", func(ctx context.Context, c testv1connectClient) (connect.AnyResponse, error) {
 			return c.Read(ctx, request(&testv1.Request{FailTimes: 1, FailCode: "unavailable"}))
-		}, connect.CodeUnknown, ""},
+		}, connect.CodeUnknown, "", false},
 		{"handler's connect error, retries exhausted", func(ctx context.Context, c testv1connectClient) (connect.AnyResponse, error) {
 			return c.Read(ctx, request(&testv1.Request{FailTimes: -1, FailCode: "unavailable"}))
-		}, connect.CodeUnavailable, "backend unavailable"},
+		}, connect.CodeUnavailable, "backend unavailable", false},
 		{"concealed plain error", func(ctx context.Context, c testv1connectClient) (connect.AnyResponse, error) {
 			return c.Write(ctx, request(&testv1.Request{FailTimes: 1, FailCode: "plain"}))
-		}, connect.CodeInternal, middleware.ConcealedMessage},
+		}, connect.CodeInternal, adapter.ConcealedMessage, true},
 		{"timeout", func(ctx context.Context, c testv1connectClient) (connect.AnyResponse, error) {
 			return c.Slow(ctx, request(&testv1.Request{Mode: "block"}))
-		}, connect.CodeDeadlineExceeded, "attempt 1 timed out after 50ms"},
+		}, connect.CodeDeadlineExceeded, "attempt 1 timed out after 50ms", true},
 		{"malformed approval header", func(ctx context.Context, c testv1connectClient) (connect.AnyResponse, error) {
 			req := request(&testv1.Request{})
-			req.Header().Set(middleware.HeaderApprovalID, "apr_not-an-id")
+			req.Header().Set(adapter.HeaderApprovalID, "apr_not-an-id")
 			return c.Read(ctx, req)
-		}, connect.CodeInvalidArgument, middleware.HeaderApprovalID},
+		}, connect.CodeInvalidArgument, adapter.HeaderApprovalID, true},
 	}
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		srv := newServer(t, serverConfig{})
@@ -72,9 +76,11 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 					t.Fatalf("no envelope in %v", err)
 				}
 				var meta http.Header
+				if !tc.detail {
+					want.Procedure = "" // only agentsafe's detail names it
+				}
 				if err == nil {
 					meta = res.Header()
-					want.Procedure = "" // not sent back on success
 				} else {
 					ce := wantConnectCode(t, err, tc.code)
 					if !strings.Contains(ce.Message(), tc.message) {
@@ -85,15 +91,18 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 					}
 					want.Error.Message = got.Error.Message
 					meta = ce.Meta()
+					if d := detailTypes(ce); tc.detail != slices.Contains(d, "agentsafe.v1.ErrorDetail") {
+						t.Errorf("details %v: agentsafe's detail is for the errors it decides alone", d)
+					}
 				}
 				if !equalEnvelopes(got, want) {
 					t.Errorf("decoded envelope\n %+v (error %+v)\nwant the engine's\n %+v (error %+v)", got, got.Error, want, want.Error)
 				}
 				// Exactly one value of each header: sent once, in the headers.
-				if v := meta.Values(middleware.HeaderExecutionID); len(v) != 1 || v[0] != want.ExecutionID {
-					t.Errorf("%s: %q, want exactly [%s]", middleware.HeaderExecutionID, v, want.ExecutionID)
+				if v := meta.Values(adapter.HeaderExecutionID); len(v) != 1 || v[0] != want.ExecutionID {
+					t.Errorf("%s: %q, want exactly [%s]", adapter.HeaderExecutionID, v, want.ExecutionID)
 				}
-				if h, ok := middleware.EnvelopeFromHeaders(meta); !ok || h.Attempts != want.Attempts {
+				if h, ok := adapter.ReadHeaders(meta); !ok || h.Attempts != want.Attempts {
 					t.Errorf("headers say %+v, want %d attempts", h, want.Attempts)
 				}
 			})
@@ -115,71 +124,17 @@ func equalEnvelopes(a, b middleware.Envelope) bool {
 	return a == b
 }
 
-// A handler's plain Go error, or a panic, is concealed; a *connect.Error it
-// returns on purpose keeps its code, message, details and metadata.
-func TestConcealment(t *testing.T) {
-	eachProtocol(t, func(t *testing.T, p protocol) {
-		srv := newServer(t, serverConfig{handle: func(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
-			if req.Msg.GetMode() != "declared" {
-				return behave(ctx, req)
-			}
-			ce := connect.NewError(connect.CodeFailedPrecondition, errors.New("order 42 was already refunded"))
-			d, _ := connect.NewErrorDetail(wrapperspb.String("ALREADY_REFUNDED"))
-			ce.AddDetail(d)
-			ce.Meta().Set("X-Order", "42")
-			return nil, ce
-		}})
-		c := srv.client(t, p)
-		for _, code := range []string{"plain", "retryable_plain", "panic"} {
-			t.Run(code, func(t *testing.T) {
-				_, err := c.Write(t.Context(), request(&testv1.Request{FailTimes: 1, FailCode: code}))
-				ce := wantConnectCode(t, err, connect.CodeInternal)
-				if ce.Message() != middleware.ConcealedMessage {
-					t.Errorf("message %q, want %q", ce.Message(), middleware.ConcealedMessage)
-				}
-				if strings.Contains(err.Error(), secret) || strings.Contains(strings.Join(ce.Meta().Values("Grpc-Message"), ""), secret) {
-					t.Errorf("the handler's error text reached the client: %v", err)
-				}
-				fin := srv.sink.final(t)
-				if fin.Code != middleware.CodeExecutionFailed || !strings.Contains(fin.Error, secret) {
-					t.Errorf("final event %+v, want EXECUTION_FAILED with the real error for operators", fin)
-				}
-			})
-		}
-		t.Run("declared connect error", func(t *testing.T) {
-			_, err := c.Write(t.Context(), request(&testv1.Request{Mode: "declared"}))
-			ce := wantConnectCode(t, err, connect.CodeFailedPrecondition)
-			if ce.Message() != "order 42 was already refunded" || ce.Meta().Get("X-Order") != "42" {
-				t.Errorf("message %q, meta %v; want the handler's", ce.Message(), ce.Meta())
-			}
-			var kinds []string
-			for _, d := range ce.Details() {
-				kinds = append(kinds, d.Type())
-				if v, err := d.Value(); err == nil {
-					if s, ok := v.(*wrapperspb.StringValue); ok && s.GetValue() != "ALREADY_REFUNDED" {
-						t.Errorf("handler's detail %q changed", s.GetValue())
-					}
-				}
-			}
-			if len(kinds) != 2 || kinds[0] != "google.protobuf.StringValue" || kinds[1] != "agentsafe.v1.ErrorDetail" {
-				t.Errorf("details %v, want the handler's then agentsafe's", kinds)
-			}
-			env, _ := connectadapter.ReadEnvelope(nil, err)
-			if fin := srv.sink.final(t); env.ExecutionID != fin.ExecutionID || env.Error.Code != middleware.CodeExecutionFailed {
-				t.Errorf("envelope %+v, final event %+v", env, fin)
-			}
-		})
-		t.Run("server keeps serving after a panic", func(t *testing.T) {
-			if _, err := c.Read(t.Context(), request(&testv1.Request{})); err != nil {
-				t.Fatal(err)
-			}
-			srv.sink.final(t)
-		})
-	})
+func detailTypes(ce *connect.Error) []string {
+	var types []string
+	for _, d := range ce.Details() {
+		types = append(types, d.Type())
+	}
+	return types
 }
 
-// The engine's error stays reachable on the server for interceptors listed
-// before the guard; only the message and the detail reach the wire.
+// Interceptors listed before the guard see the engine's *middleware.Error
+// in an error the engine decided, and a handler's own error as the very
+// value the handler returned.
 func TestServerSideErrorChain(t *testing.T) {
 	var got error
 	outer := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
@@ -189,21 +144,33 @@ func TestServerSideErrorChain(t *testing.T) {
 			return res, err
 		}
 	})
-	srv := newServer(t, serverConfig{before: []connect.Interceptor{outer}})
-	if _, err := srv.client(t, protocols[0]).Write(t.Context(), request(&testv1.Request{FailTimes: 1, FailCode: "plain"})); err == nil {
+	own := connect.NewError(connect.CodeAlreadyExists, errors.New("order 42 exists"))
+	srv := newServer(t, serverConfig{before: []connect.Interceptor{outer}, handle: func(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
+		if req.Msg.GetMode() == "own" {
+			return nil, own
+		}
+		return behave(ctx, req)
+	}})
+	c := srv.client(t, protocols[0])
+	if _, err := c.Write(t.Context(), request(&testv1.Request{FailTimes: 1, FailCode: "plain"})); err == nil {
 		t.Fatal("want an error")
 	}
 	if me, ok := errors.AsType[*middleware.Error](got); !ok || me.Code != middleware.CodeExecutionFailed || !strings.Contains(me.Error(), secret) {
 		t.Errorf("server-side error %v: want the engine's *middleware.Error, with the cause", got)
 	}
-	if env, ok := connectadapter.ReadEnvelope(nil, got); !ok || env.Procedure != procWrite {
-		t.Errorf("server-side envelope %+v, want one for %s", env, procWrite)
+	if _, err := c.Write(t.Context(), request(&testv1.Request{Mode: "own"})); err == nil {
+		t.Fatal("want an error")
+	}
+	if got != error(own) {
+		t.Errorf("server-side error %#v, want the handler's own %#v", got, own)
 	}
 }
 
-// ReadEnvelope reports false for calls that were not governed and for
-// errors that carry no agentsafe detail.
-func TestReadEnvelopeUngoverned(t *testing.T) {
+// ReadEnvelope reads the envelope from the Agentsafe-* headers alone: it
+// reports false for calls that were not governed and for errors without
+// them, even when an agentsafe detail is there, and it takes the detail's
+// procedure only when the detail names the same execution.
+func TestReadEnvelopeFromHeaders(t *testing.T) {
 	srv := newServer(t, serverConfig{})
 	res, err := srv.client(t, protocols[0]).Ungoverned(t.Context(), request(&testv1.Request{}))
 	if err != nil {
@@ -212,21 +179,37 @@ func TestReadEnvelopeUngoverned(t *testing.T) {
 	if env, ok := connectadapter.ReadEnvelope(res, err); ok {
 		t.Errorf("ungoverned call has envelope %+v", env)
 	}
-	if res.Header().Get(middleware.HeaderExecutionID) != "" {
+	if res.Header().Get(adapter.HeaderExecutionID) != "" {
 		t.Error("an ungoverned call must pass through untouched, without agentsafe headers")
-	}
-	if env, ok := connectadapter.ReadEnvelope(nil, connect.NewError(connect.CodeInternal, errors.New("x"))); ok {
-		t.Errorf("plain connect error has envelope %+v", env)
 	}
 	if env, ok := connectadapter.ReadEnvelope(nil, errors.New("x")); ok {
 		t.Errorf("plain error has envelope %+v", env)
 	}
-	// A detail with a code this client does not know is a failure that is
-	// not safe to re-invoke.
-	ce := connect.NewError(connect.CodeInternal, errors.New("x"))
-	d, _ := connect.NewErrorDetail(&agentsafev1.ErrorDetail{Code: "FROM_THE_FUTURE", Retryable: true, ExecutionId: "exe_1"})
-	ce.AddDetail(d)
-	if env, ok := connectadapter.ReadEnvelope(nil, ce); !ok || env.Error.Code != middleware.CodeExecutionFailed || env.Error.Retryable || env.ExecutionID != "exe_1" {
-		t.Errorf("envelope %+v (error %+v), want a non-retryable failure", env, env.Error)
+	withDetail := func(d *agentsafev1.ErrorDetail, header ...string) *connect.Error {
+		ce := connect.NewError(connect.CodeInternal, errors.New("x"))
+		cd, _ := connect.NewErrorDetail(d)
+		ce.AddDetail(cd)
+		for i := 0; i < len(header); i += 2 {
+			ce.Meta().Set(header[i], header[i+1])
+		}
+		return ce
+	}
+	detail := &agentsafev1.ErrorDetail{Code: "TIMEOUT", Retryable: true, ExecutionId: "exe_downstream", Procedure: "/down.v1.S/M"}
+	if env, ok := connectadapter.ReadEnvelope(nil, withDetail(detail)); ok {
+		t.Errorf("a relayed detail without this call's headers read as envelope %+v", env)
+	}
+	env, ok := connectadapter.ReadEnvelope(nil, withDetail(detail, adapter.HeaderExecutionID, "exe_up", adapter.HeaderAttempts, "1",
+		adapter.HeaderCode, "EXECUTION_FAILED", adapter.HeaderRetryable, "false"))
+	if !ok || env.ExecutionID != "exe_up" || env.Error.Code != middleware.CodeExecutionFailed || env.Error.Retryable || env.Procedure != "" || env.Error.Message != "x" {
+		t.Errorf("envelope %+v (error %+v), want this call's, without the downstream detail's procedure", env, env.Error)
+	}
+	if env, ok := connectadapter.ReadEnvelope(nil, withDetail(detail, adapter.HeaderExecutionID, "exe_up")); ok {
+		t.Errorf("an error after a completed execution read as envelope %+v", env)
+	}
+	// A code this client does not know is a failure not safe to re-invoke.
+	env, ok = connectadapter.ReadEnvelope(nil, withDetail(&agentsafev1.ErrorDetail{ExecutionId: "exe_1", Procedure: "/p.v1.S/M"},
+		adapter.HeaderExecutionID, "exe_1", adapter.HeaderCode, "FROM_THE_FUTURE", adapter.HeaderRetryable, "true"))
+	if !ok || env.Error.Code != middleware.CodeExecutionFailed || env.Error.Retryable || env.Procedure != "/p.v1.S/M" {
+		t.Errorf("envelope %+v (error %+v), want a non-retryable failure of /p.v1.S/M", env, env.Error)
 	}
 }

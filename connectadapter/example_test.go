@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
@@ -39,13 +40,13 @@ func flaky(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.
 // metadata lives in its .proto file: Read is a read with retries, Write a
 // write that is never retried at run time.
 func Example() {
-	guard, err := connectadapter.New(nil) // reads and validates the method options
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // reads and validates the method options
 	if err != nil {
 		panic(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(testv1connect.NewTestServiceHandler(flakyService{},
-		connect.WithInterceptors(guard), // the one line
+		connect.WithInterceptors(connectadapter.NewInterceptor(eng)), // the one line
 	))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

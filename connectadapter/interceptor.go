@@ -2,14 +2,11 @@ package connectadapter
 
 import (
 	"context"
-	"fmt"
+	"errors"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
-	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/descriptorpb"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // Interceptor is the handler-side [connect.Interceptor] that governs the
@@ -22,22 +19,6 @@ type Interceptor struct {
 }
 
 var _ connect.Interceptor = (*Interceptor)(nil)
-
-// New builds an engine from reg and opts (see [middleware.New]) and returns
-// an interceptor around it. Every problem fails here, all at once: those
-// with the capability metadata, from the registry or from the method options
-// of the registered descriptors, in a *[middleware.ValidationError] naming
-// procedure and field.
-// The engine knows which procedures stream from their descriptors, so a Go
-// entry requiring approval for a stream fails here even when its method
-// carries no option.
-func New(reg *middleware.Registry, opts ...middleware.Option) (*Interceptor, error) {
-	eng, err := middleware.New(reg, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return NewInterceptor(eng), nil
-}
 
 // NewInterceptor returns an interceptor around an engine built with
 // [middleware.New]. It panics if eng is nil: a missing engine must not
@@ -57,17 +38,14 @@ func (i *Interceptor) Engine() *middleware.Engine { return i.eng }
 // whole pipeline, with runtime retries where the capability allows them.
 func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		spec := req.Spec()
-		if spec.IsClient {
+		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		if !i.eng.Governs(spec.Procedure) {
-			if err := undeclared(spec); err != nil {
-				return nil, err
-			}
+		route := adapter.Resolve(i.eng, req.Spec().Procedure)
+		if !route.Governed() {
 			return next(ctx, req)
 		}
-		return i.unary(ctx, req, next)
+		return unary(ctx, route, req, next)
 	}
 }
 
@@ -81,35 +59,25 @@ func (i *Interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 // first message and the envelope in its trailers; it is never retried.
 func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		spec := conn.Spec()
-		if spec.IsClient {
+		if conn.Spec().IsClient {
 			return next(ctx, conn)
 		}
-		if !i.eng.Governs(spec.Procedure) {
-			if err := undeclared(spec); err != nil {
-				return err
-			}
+		route := adapter.Resolve(i.eng, conn.Spec().Procedure)
+		if !route.Governed() {
 			return next(ctx, conn)
 		}
-		return i.stream(ctx, conn, next)
+		return stream(ctx, route, conn, next)
 	}
 }
 
-// undeclared fails closed when a procedure the engine does not govern
-// declares a capability in its method descriptor: the engine was built
-// without that descriptor (see middleware.WithProtoFiles), and serving the
-// method ungoverned would silently drop what its .proto file promises. The
-// option is not read or validated here; only its presence is checked.
-func undeclared(spec connect.Spec) error {
-	md, ok := spec.Schema.(protoreflect.MethodDescriptor)
+// status is the adapter's one function from Connect's errors to codes
+// ([adapter.Call].Status): a *connect.Error anywhere in err's chain, one a
+// handler returned or one Connect raised, is Connect's own, with its code
+// and the message Connect sends.
+func status(err error) (code uint32, message string, ok bool) {
+	ce, ok := errors.AsType[*connect.Error](err)
 	if !ok {
-		return nil
+		return 0, "", false
 	}
-	opts, ok := md.Options().(*descriptorpb.MethodOptions)
-	if !ok || opts == nil || !proto.HasExtension(opts, agentsafev1.E_Capability) {
-		return nil
-	}
-	return connect.NewError(connect.CodeInternal, fmt.Errorf(
-		"agentsafe: %s declares a capability option that the engine was not built with; build it with middleware.WithProtoFiles holding the method's file, or register the procedure",
-		spec.Procedure))
+	return uint32(ce.Code()), ce.Message(), true
 }

@@ -88,7 +88,7 @@ func TestAttemptIsolation(t *testing.T) {
 func TestAbandonedAttemptNeverReachesTheWire(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		reg := middleware.NewRegistry().
-			Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}).
+			Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}).
 			Register(procSlow, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 50 * time.Millisecond})
 		release, hang := make(chan struct{}), make(chan struct{})
 		var once sync.Once

@@ -12,14 +12,19 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/agentsafetest"
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 const (
 	procRead       = testv1connect.TestServiceReadProcedure
@@ -65,13 +70,13 @@ func eachProtocol(t *testing.T, f func(t *testing.T, p protocol)) {
 // sink records events and hands final ones to a channel, so a test can wait
 // for a server-side execution to end without sleeping.
 type sink struct {
-	middleware.EventRecorder
+	agentsafetest.Recorder
 	finals chan middleware.Event
 	late   chan middleware.Event // capability.abandoned_result
 }
 
 func (s *sink) HandleEvent(ctx context.Context, e middleware.Event) {
-	s.EventRecorder.HandleEvent(ctx, e)
+	s.Recorder.HandleEvent(ctx, e)
 	switch {
 	case e.Type.Final():
 		s.finals <- e
@@ -240,12 +245,15 @@ func failure(code string) error {
 		return connect.NewError(connect.CodeUnavailable, errors.New("backend unavailable"))
 	case "invalid_argument":
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("id must not be empty"))
+	case "declared":
+		// A business error on purpose: code, message, a detail, metadata.
+		ce := connect.NewError(connect.CodeFailedPrecondition, errors.New("order 42 was already refunded"))
+		d, _ := connect.NewErrorDetail(wrapperspb.String("ALREADY_REFUNDED"))
+		ce.AddDetail(d)
+		ce.Meta().Set("X-Order", "42")
+		return ce
 	case "plain":
 		return errors.New("query failed: " + secret)
-	case "retryable_plain":
-		return middleware.Retryable(errors.New("connection reset: " + secret))
-	case "panic":
-		panic("handler exploded: " + secret)
 	}
 	return errors.New("unknown fail code " + code)
 }
@@ -267,6 +275,7 @@ type serverConfig struct {
 	// after[i] after it.
 	before, after []connect.Interceptor
 	bare          bool // no guard at all
+	handlerOpts   []connect.HandlerOption
 }
 
 func newServer(t testing.TB, cfg serverConfig) *server {
@@ -275,21 +284,21 @@ func newServer(t testing.TB, cfg serverConfig) *server {
 	var interceptors []connect.Interceptor
 	interceptors = append(interceptors, cfg.before...)
 	if !cfg.bare {
-		opts := append([]middleware.Option{middleware.WithEventSink(s.sink)}, cfg.opts...)
-		guard, err := connectadapter.New(cfg.reg, opts...)
+		opts := append([]middleware.Option{middleware.WithEventSink(s.sink), middleware.WithApprovalStore(approvalstore.NewMemory())}, cfg.opts...)
+		eng, err := middleware.New(cfg.reg, opts...)
 		if err != nil {
-			t.Fatalf("connectadapter.New: %v", err)
+			t.Fatalf("middleware.New: %v", err)
 		}
-		s.guard = guard
-		interceptors = append(interceptors, guard)
+		s.guard = connectadapter.NewInterceptor(eng)
+		interceptors = append(interceptors, s.guard)
 	}
 	interceptors = append(interceptors, cfg.after...)
 	mux := http.NewServeMux()
-	mux.Handle(testv1connect.NewTestServiceHandler(s.svc, connect.WithInterceptors(interceptors...)))
+	mux.Handle(testv1connect.NewTestServiceHandler(s.svc, append(cfg.handlerOpts, connect.WithInterceptors(interceptors...))...))
 	s.url = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.svc.mu.Lock()
 		s.svc.protos = append(s.svc.protos, r.ProtoMajor)
-		s.svc.keys = append(s.svc.keys, received{r.URL.Path, r.Header.Get(middleware.HeaderIdempotencyKey)})
+		s.svc.keys = append(s.svc.keys, received{r.URL.Path, r.Header.Get(adapter.HeaderIdempotencyKey)})
 		s.svc.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))

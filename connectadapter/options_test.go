@@ -1,7 +1,7 @@
 package connectadapter_test
 
 import (
-	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,12 +10,8 @@ import (
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
-	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Method options are read from the service's descriptors; a registry entry
@@ -25,8 +21,8 @@ func TestMethodOptionsAndRegistryOverride(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		t.Run("options", func(t *testing.T) {
 			srv := newServer(t, serverConfig{})
-			c, ok := srv.guard.Engine().Lookup(procRead)
-			if !ok || c.Description != "Reads a test record." || c.Retry.MaxAttempts != 2 || c.Timeout != time.Second {
+			c, ok := adapter.Resolve(srv.guard.Engine(), procRead).Capability()
+			if !ok || c.Description != "Reads a test record." || c.Retry.MaxRetries != 2 || c.Timeout != time.Second {
 				t.Fatalf("Read's capability %+v (ok=%t), want the method option's", c, ok)
 			}
 			res, err := srv.client(t, p).Read(t.Context(), request(&testv1.Request{FailTimes: 1, FailCode: "unavailable"}))
@@ -36,13 +32,16 @@ func TestMethodOptionsAndRegistryOverride(t *testing.T) {
 			if res.Msg.GetAttempt() != 2 {
 				t.Fatalf("Read answered by attempt %d, want 2 as the option allows a retry", res.Msg.GetAttempt())
 			}
+			if got, want := srv.httpMajor(), []int{map[bool]int{false: 1, true: 2}[p.h2c]}; !slices.Equal(got, want) {
+				t.Errorf("server saw HTTP major versions %v, want %v", got, want)
+			}
 		})
 		t.Run("registry wins", func(t *testing.T) {
 			reg := middleware.NewRegistry().
 				Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Description: "no retries here"}).
 				Register(procUngoverned, middleware.Capability{SideEffect: middleware.SideEffectNone})
 			srv := newServer(t, serverConfig{reg: reg})
-			if c, _ := srv.guard.Engine().Lookup(procRead); c.Description != "no retries here" || c.Retry.MaxAttempts != 0 {
+			if c, _ := adapter.Resolve(srv.guard.Engine(), procRead).Capability(); c.Description != "no retries here" || c.Retry.MaxRetries != 0 {
 				t.Fatalf("Read's capability %+v, want the registry's, replacing the option as a whole", c)
 			}
 			client := srv.client(t, p)
@@ -55,109 +54,17 @@ func TestMethodOptionsAndRegistryOverride(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Ungoverned: %v", err)
 			}
-			if res.Header().Get(middleware.HeaderExecutionID) == "" {
+			if res.Header().Get(adapter.HeaderExecutionID) == "" {
 				t.Errorf("Ungoverned, registered in Go, has headers %v; want it governed", res.Header())
 			}
 		})
 	})
 }
 
-// paymentsFile is a descriptor set with one method, /pay.v1.Payments/Charge,
-// carrying c as its capability option.
-func paymentsFile(t *testing.T, c *agentsafev1.Capability) *protoregistry.Files {
-	t.Helper()
-	opts := &descriptorpb.MethodOptions{}
-	proto.SetExtension(opts, agentsafev1.E_Capability, c)
-	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
-		Name:        proto.String("pay/v1/pay.proto"),
-		Package:     proto.String("pay.v1"),
-		Syntax:      proto.String("proto3"),
-		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("ChargeRequest")}},
-		Service: []*descriptorpb.ServiceDescriptorProto{{
-			Name: proto.String("Payments"),
-			Method: []*descriptorpb.MethodDescriptorProto{{
-				Name: proto.String("Charge"), InputType: proto.String(".pay.v1.ChargeRequest"), OutputType: proto.String(".pay.v1.ChargeRequest"), Options: opts,
-			}},
-		}},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := new(protoregistry.Files)
-	if err := files.RegisterFile(fd); err != nil {
-		t.Fatal(err)
-	}
-	return files
-}
-
-// Invalid metadata makes building the interceptor fail with every problem,
-// each naming procedure and field.
-func TestInvalidOptionsFailAtBuild(t *testing.T) {
-	cases := []struct {
-		name string
-		c    *agentsafev1.Capability
-		want []string
-	}{
-		{"retry on a non-idempotent write", &agentsafev1.Capability{
-			SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_EXTERNAL,
-			Retry:      &agentsafev1.Retry{MaxAttempts: 2},
-		}, []string{"/pay.v1.Payments/Charge (option): Retry.MaxAttempts", "may only be retried when declared Idempotent"}},
-		{"unknown enum values", &agentsafev1.Capability{
-			SideEffect: agentsafev1.SideEffect(99),
-			Risk:       agentsafev1.Risk(42),
-		}, []string{"/pay.v1.Payments/Charge (option): SideEffect", "got SideEffect(99)", "/pay.v1.Payments/Charge (option): Risk"}},
-		{"unspecified side effect", &agentsafev1.Capability{}, []string{"SideEffect: must be one of"}},
-		{"negative timeout", &agentsafev1.Capability{
-			SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_READ,
-			Timeout:    durationpb.New(-time.Second),
-		}, []string{"Timeout: must not be negative"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			guard, err := connectadapter.New(nil, middleware.WithProtoFiles(paymentsFile(t, tc.c)))
-			if err == nil || guard != nil {
-				t.Fatalf("New = %v, %v; want an error", guard, err)
-			}
-			if _, ok := errors.AsType[*middleware.ValidationError](err); !ok {
-				t.Errorf("error %T, want a *middleware.ValidationError", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
-		})
-	}
-	t.Run("valid", func(t *testing.T) {
-		if _, err := connectadapter.New(nil, middleware.WithProtoFiles(paymentsFile(t, &agentsafev1.Capability{
-			SideEffect: agentsafev1.SideEffect_SIDE_EFFECT_EXTERNAL, Idempotent: true, Retry: &agentsafev1.Retry{MaxAttempts: 2},
-		}))); err != nil {
-			t.Fatalf("an idempotent external capability with retries is valid: %v", err)
-		}
-	})
-	t.Run("approval on a stream registered in Go", func(t *testing.T) {
-		// The registry entry replaces the option whole, so only the method
-		// descriptor says that Stream streams.
-		_, err := connectadapter.New(middleware.NewRegistry().Register(procStream, middleware.Capability{
-			SideEffect: middleware.SideEffectRead, Approval: middleware.Approval{Required: true},
-		}))
-		if err == nil || !strings.Contains(err.Error(), procStream+" (registry): Approval.Required") {
-			t.Fatalf("New: %v, want approval on a stream refused", err)
-		}
-	})
-	t.Run("registry", func(t *testing.T) {
-		_, err := connectadapter.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxAttempts: 1}}))
-		if err == nil || !strings.Contains(err.Error(), procWrite+" (registry): Retry.MaxAttempts") {
-			t.Fatalf("New: %v, want the registry entry refused", err)
-		}
-	})
-}
-
-// A method whose descriptor declares a capability the engine was not built
-// with fails closed instead of running ungoverned (the engine refuses it
-// with CAPABILITY_NOT_FOUND when the descriptor is linked; the adapter, from
-// Spec.Schema, when it is not); methods without the option still pass
-// through.
+// A method whose linked descriptor declares a capability the engine was not
+// built with fails closed instead of running ungoverned: the engine refuses
+// it with CAPABILITY_NOT_FOUND, NotFound on the wire. Methods without the
+// option still pass through.
 func TestUndeclaredOptionsFailClosed(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		srv := newServer(t, serverConfig{opts: []middleware.Option{middleware.WithProtoFiles(new(protoregistry.Files))}})

@@ -5,35 +5,51 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // stream governs a streaming handler: one synchronous run (a stream cannot
-// be replayed), the ids in the response headers before the handler can send
-// its first message, and the envelope in the trailers: the Agentsafe-*
-// trailers on success, the error detail on failure. The engine applies a
-// timeout only if the capability sets one, and never retries.
-func (i *Interceptor) stream(ctx context.Context, conn connect.StreamingHandlerConn, next connect.StreamingHandlerFunc) error {
-	ran := false
-	env, err := i.eng.ExecuteStream(ctx, middleware.Call{Procedure: conn.Spec().Procedure}, func(ctx context.Context) error {
-		ran = true
-		if x, ok := middleware.ExecutionFromContext(ctx); ok {
-			middleware.Envelope{ExecutionID: x.ID, Attempts: x.Attempt}.SetHeaders(conn.ResponseHeader())
-		}
-		if err := next(ctx, conn); err != nil {
-			return declare(ctx, err, nil)
-		}
-		return nil
+// be replayed), the ids in the response headers before the handler's first
+// message, and the envelope in the trailers.
+//
+// The envelope's headers are the engine's alone. A handler writes the
+// stream's header and trailer maps directly, so a value it sets for one of
+// them (relayed from a downstream response, say) is replaced again just
+// before the headers go out, at its first Send, and in the trailers at the
+// end.
+func stream(ctx context.Context, route adapter.Route, conn connect.StreamingHandlerConn, next connect.StreamingHandlerFunc) error {
+	own := &envelopeConn{StreamingHandlerConn: conn}
+	call := adapter.Call[struct{}]{Surface: adapter.SurfaceRPC, Status: status}
+	env, err := adapter.ExecuteStream(ctx, route, call, func(ctx context.Context) error {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		own.ids = middleware.Envelope{ExecutionID: x.ID, Attempts: x.Attempt}
+		return next(ctx, own)
 	})
-	if !ran {
-		// Refused before the handler ran: nothing was sent yet.
-		env.SetHeaders(conn.ResponseHeader())
+	if !own.sent {
+		// Nothing went out yet: headers and trailers leave together, and
+		// the trailers carry the whole envelope.
+		adapter.DelHeaders(conn.ResponseHeader())
 	}
+	adapter.DelHeaders(conn.ResponseTrailer())
+	adapter.SetHeaders(conn.ResponseTrailer(), env)
 	if err != nil {
-		// The ids are already in the response headers, which Connect merges
-		// into the error's metadata on the client; adding them to the
-		// error's metadata as well would repeat them.
 		return wireError(err, env)
 	}
-	env.SetHeaders(conn.ResponseTrailer())
 	return nil
+}
+
+// envelopeConn is the stream a governed handler sees: its first message
+// goes out with the execution's ids as the only envelope headers.
+type envelopeConn struct {
+	connect.StreamingHandlerConn
+	ids  middleware.Envelope
+	sent bool // only the handler's goroutine sends, as Connect requires
+}
+
+func (c *envelopeConn) Send(msg any) error {
+	if !c.sent {
+		c.sent = true
+		adapter.SetHeaders(c.ResponseHeader(), c.ids)
+	}
+	return c.StreamingHandlerConn.Send(msg)
 }

@@ -1,6 +1,7 @@
 package connectadapter_test
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // A governed stream has its ids in the response headers before the first
@@ -28,7 +30,7 @@ func TestStream(t *testing.T) {
 			// The handler is now waiting for streamStep: the headers came
 			// with the first message, while the stream is still open.
 			first := stream.Msg()
-			h, ok := middleware.EnvelopeFromHeaders(stream.ResponseHeader())
+			h, ok := adapter.ReadHeaders(stream.ResponseHeader())
 			if !ok || h.ExecutionID != first.GetExecutionId() || h.Attempts != 1 {
 				t.Fatalf("headers before the end %+v (ok=%t), want execution %s, attempt 1", h, ok, first.GetExecutionId())
 			}
@@ -40,7 +42,7 @@ func TestStream(t *testing.T) {
 			if err := stream.Err(); err != nil || n != 3 {
 				t.Fatalf("received %d messages, err %v; want 3", n, err)
 			}
-			tr, ok := middleware.EnvelopeFromHeaders(stream.ResponseTrailer())
+			tr, ok := adapter.ReadHeaders(stream.ResponseTrailer())
 			if !ok || tr.ExecutionID != h.ExecutionID || tr.Attempts != 1 {
 				t.Errorf("trailers %+v (ok=%t), want the envelope of %s", tr, ok, h.ExecutionID)
 			}
@@ -55,7 +57,7 @@ func TestStream(t *testing.T) {
 		t.Run("never retried", func(t *testing.T) {
 			// Retry metadata is valid for a read, but a stream cannot be replayed.
 			reg := middleware.NewRegistry().Register(procStream, middleware.Capability{
-				SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond},
+				SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond},
 			})
 			srv := newServer(t, serverConfig{reg: reg})
 			stream, err := srv.client(t, p).Stream(t.Context(), request(&testv1.Request{Count: 1, FailCode: "unavailable"}))
@@ -65,13 +67,15 @@ func TestStream(t *testing.T) {
 			defer stream.Close()
 			for stream.Receive() {
 			}
-			ce := wantConnectCode(t, stream.Err(), connect.CodeUnavailable)
-			env, ok := connectadapter.ReadEnvelopeHeader(stream.ResponseHeader(), stream.Err())
-			if !ok || env.Attempts != 1 || env.Error.Code != middleware.CodeExecutionFailed || !env.Error.Retryable || env.Procedure != procStream {
+			wantConnectCode(t, stream.Err(), connect.CodeUnavailable)
+			env, ok := connectadapter.ReadEnvelopeHeader(stream.ResponseTrailer(), stream.Err())
+			if !ok || env.Attempts != 1 || env.Error.Code != middleware.CodeExecutionFailed || !env.Error.Retryable {
 				t.Errorf("envelope %+v (error %+v), want one attempt of a failed read", env, env.Error)
 			}
-			if v := ce.Meta().Values(middleware.HeaderExecutionID); len(v) != 1 || v[0] != env.ExecutionID {
-				t.Errorf("%s in the error's metadata: %q, want exactly [%s]", middleware.HeaderExecutionID, v, env.ExecutionID)
+			for where, h := range map[string]http.Header{"headers": stream.ResponseHeader(), "trailers": stream.ResponseTrailer()} {
+				if v := h.Values(adapter.HeaderExecutionID); len(v) != 1 || v[0] != env.ExecutionID {
+					t.Errorf("%s in the %s: %q, want exactly [%s]", adapter.HeaderExecutionID, where, v, env.ExecutionID)
+				}
 			}
 			if runs := srv.svc.runs.Load(); runs != 1 {
 				t.Errorf("stream handler ran %d times, want 1: streams are never retried", runs)

@@ -2,108 +2,126 @@ package connectadapter
 
 import (
 	"context"
+	"errors"
 	"net/http"
-	"sync/atomic"
+	"reflect"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"google.golang.org/protobuf/proto"
 )
 
-// unaryCall is one governed unary call: what every attempt of it needs.
-type unaryCall struct {
-	next connect.UnaryFunc
-	req  connect.AnyRequest
-	// snapshot is a pristine copy of the request message, taken before the
-	// first attempt when the capability may retry; every attempt after the
-	// one that takes req clones it. Nil when there is nothing to clone.
-	snapshot proto.Message
-	// taken is set by the first attempt to run, which gets req itself.
-	taken atomic.Bool
-	// frame is the framework's CallInfo of the call, or nil.
-	frame connect.CallInfo
-}
-
-func (i *Interceptor) unary(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
-	procedure := req.Spec().Procedure
-	u := &unaryCall{next: next, req: req}
-	u.frame, _ = connect.CallInfoForHandlerContext(ctx)
-	call := middleware.Call{Procedure: procedure, ApprovalID: req.Header().Get(middleware.HeaderApprovalID)}
+// unary governs one unary call: the engine runs attempts of next, each
+// with its own request message (when the capability may retry) and its own
+// response header and trailer sink; once it has finalized, the finalized
+// attempt's sink and the envelope go to Connect, on the serving goroutine.
+func unary(ctx context.Context, route adapter.Route, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	frame, ok := connect.CallInfoForHandlerContext(ctx)
+	if !ok { // connect gives every handler one; fail closed rather than run ungoverned
+		return nil, connect.NewError(connect.CodeInternal, errors.New("agentsafe: no connect.CallInfo in the handler's context"))
+	}
+	call := adapter.Call[*attempt]{ApprovalID: req.Header().Get(adapter.HeaderApprovalID), Surface: adapter.SurfaceRPC, Status: status}
+	var snapshot proto.Message
 	if msg, ok := req.Any().(proto.Message); ok {
-		// The engine reads the input (digest, approval) before any attempt
-		// starts, so the original message is safe to bind.
-		call.Input = middleware.ProtoInput(msg)
-		if c, _ := i.eng.Lookup(procedure); c.Retry.MaxAttempts > 0 {
-			u.snapshot = proto.Clone(msg)
+		call.Input = adapter.ProtoInput(msg)
+		if route.MayRetry() {
+			snapshot = proto.Clone(msg)
 		}
 	}
-	v, env, err := i.eng.Execute(ctx, call, u.attempt)
+	a, env, err := adapter.Execute(ctx, route, call, func(ctx context.Context) (*attempt, error) {
+		in := req
+		if x, _ := middleware.ExecutionFromContext(ctx); x.Attempt > 1 && snapshot != nil {
+			in = withMessage(req, proto.Clone(snapshot))
+		}
+		own := &attempt{Context: ctx, frame: frame, info: attemptCallInfo{CallInfo: frame}}
+		var err error
+		own.res, err = next(own, in)
+		return own, err
+	})
+	if a != nil { // the finalized attempt returned: its sink is final
+		adapter.DelHeaders(a.info.header)
+		adapter.DelHeaders(a.info.trailer)
+		merge(frame.ResponseHeader(), a.info.header)
+		merge(frame.ResponseTrailer(), a.info.trailer)
+	}
+	adapter.SetHeaders(frame.ResponseHeader(), env) // Connect sends them on success and error alike
 	if err != nil {
-		if ae, ok := asAttemptError(err); ok {
-			u.commit(ae.sink) // the reported attempt returned: its headers are final
-		}
-		werr := wireError(err, env)
-		env.SetHeaders(u.header(nil, werr))
-		return nil, werr
+		return nil, wireError(err, env)
 	}
-	var res connect.AnyResponse
-	switch r := v.(type) {
-	case *attemptContext:
-		u.commit(&r.info)
-		res = r.res
-	case connect.AnyResponse:
-		res = r
+	if a.res != nil { // Connect sends the response's own headers and trailers too
+		adapter.DelHeaders(a.res.Header())
+		adapter.DelHeaders(a.res.Trailer())
 	}
-	env.SetHeaders(u.header(res, nil))
-	return res, nil
+	return a.res, nil
 }
 
-// attempt runs one attempt of the handler with its own request message and
-// its own response header and trailer sink.
-func (u *unaryCall) attempt(ctx context.Context) (any, error) {
-	req := u.req
-	if !u.taken.CompareAndSwap(false, true) && u.snapshot != nil {
-		req = withMessage(u.req, proto.Clone(u.snapshot))
-	}
-	if u.frame == nil {
-		res, err := u.next(ctx, req)
-		if err != nil {
-			return nil, declare(ctx, err, nil)
-		}
-		return res, nil
-	}
-	a := &attemptContext{Context: ctx, frame: u.frame, info: attemptCallInfo{CallInfo: u.frame}}
-	res, err := u.next(a, req)
-	if err != nil {
-		return nil, declare(ctx, err, &a.info)
-	}
-	a.res = res
-	return a, nil
+// attempt is one attempt's context: wherever a lookup would find Connect's
+// CallInfo (connect.CallInfoForHandlerContext, in the handler or in any
+// interceptor after this one), it finds the attempt's own, whose response
+// headers and trailers are the attempt's own maps. Everything else comes
+// from the engine's attempt context. It also holds what the attempt
+// returned, so that one allocation serves the whole attempt.
+type attempt struct {
+	context.Context
+	frame connect.CallInfo
+	info  attemptCallInfo
+	res   connect.AnyResponse
 }
 
-// commit copies the finalized attempt's response headers and trailers into
-// the framework's, on the serving goroutine, once the attempt has returned.
-func (u *unaryCall) commit(sink *attemptCallInfo) {
-	if sink == nil || u.frame == nil {
-		return
+func (a *attempt) Value(key any) any {
+	v := a.Context.Value(key)
+	if ci, ok := v.(connect.CallInfo); ok && ci == a.frame {
+		return &a.info
 	}
-	merge(u.frame.ResponseHeader(), sink.header)
-	merge(u.frame.ResponseTrailer(), sink.trailer)
+	return v
 }
 
-// header returns where the envelope's headers go: the framework's response
-// headers, which Connect sends on success and on error in every protocol;
-// without a CallInfo (only if connect ever stops providing one), the
-// response's headers or the error's metadata.
-func (u *unaryCall) header(res connect.AnyResponse, err *connect.Error) http.Header {
-	switch {
-	case u.frame != nil:
-		return u.frame.ResponseHeader()
-	case err != nil:
-		return err.Meta()
-	default:
-		return res.Header()
+// attemptCallInfo is Connect's CallInfo (spec, peer, request header, HTTP
+// method) with the attempt's own response header and trailer maps.
+type attemptCallInfo struct {
+	connect.CallInfo
+	header, trailer http.Header
+}
+
+func (c *attemptCallInfo) ResponseHeader() http.Header {
+	if c.header == nil {
+		c.header = make(http.Header)
 	}
+	return c.header
+}
+
+func (c *attemptCallInfo) ResponseTrailer() http.Header {
+	if c.trailer == nil {
+		c.trailer = make(http.Header)
+	}
+	return c.trailer
+}
+
+// withMessage returns a copy of req carrying msg: the same spec, peer,
+// HTTP method and request header map, of the same concrete *connect.Request
+// type the handler expects. Connect offers no constructor that is not
+// generic in the message type, so the copy is made by reflection on the
+// exported Msg field and a whole-struct copy. It returns req unchanged if
+// req is not a *connect.Request of msg's type.
+func withMessage(req connect.AnyRequest, msg any) connect.AnyRequest {
+	v := reflect.ValueOf(req)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return req
+	}
+	cp := reflect.New(v.Type().Elem())
+	cp.Elem().Set(v.Elem())
+	f := cp.Elem().FieldByName("Msg")
+	m := reflect.ValueOf(msg)
+	if !f.IsValid() || !f.CanSet() || !m.IsValid() || !m.Type().AssignableTo(f.Type()) {
+		return req
+	}
+	f.Set(m)
+	out, ok := cp.Interface().(connect.AnyRequest)
+	if !ok {
+		return req
+	}
+	return out
 }
 
 func merge(into, from http.Header) {

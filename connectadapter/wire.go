@@ -2,71 +2,92 @@ package connectadapter
 
 import (
 	"errors"
+	"net/http"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 )
 
 // detailType is the fully-qualified name of the error detail agentsafe
-// attaches to every governed error.
+// attaches to the errors it decides.
 var detailType = string((&agentsafev1.ErrorDetail{}).ProtoReflect().Descriptor().FullName())
 
-// wireError is stage 8 for a failed execution: the *connect.Error the
-// client receives, carrying the agentsafe error detail.
-//
-// The code and message are the handler's own when the reported attempt
-// returned a *connect.Error (its details and, unless it came off the wire
-// from a downstream call, its metadata are kept); otherwise they are the
-// envelope's, through the one code table ([middleware.Code.RPCCode]), which
-// conceals plain Go errors as Internal "the operation failed". The engine's
-// error stays reachable on the server with errors.As, never on the wire.
-func wireError(err error, env middleware.Envelope) *connect.Error {
-	var out *connect.Error
-	if ce, ok := handlerError(err); ok {
-		out = connect.NewError(ce.Code(), &wireMessage{msg: ce.Message(), err: err})
-		for _, d := range ce.Details() {
-			if d.Type() != detailType { // a downstream agentsafe's detail is not ours
-				out.AddDetail(d)
-			}
-		}
-		if !connect.IsWireError(ce) {
-			merge(out.Meta(), ce.Meta())
-			for _, h := range []string{middleware.HeaderExecutionID, middleware.HeaderAttempts, middleware.HeaderApprovalID} {
-				out.Meta().Del(h)
-			}
-		}
-	} else {
-		code, msg := middleware.CodeExecutionFailed, middleware.ConcealedMessage
-		if env.Error != nil {
-			code, msg = env.Error.Code, env.Error.Message
-		}
-		out = connect.NewError(connect.Code(code.RPCCode()), &wireMessage{msg: msg, err: err})
+// wireError is stage 8 for a failed execution: the error the interceptor
+// returns to Connect. A handler's or Connect's own error goes back as it
+// is ([ownError]). An outcome the engine decided is a new *connect.Error
+// with the envelope's code (through [adapter.RPCCode]) and message, and
+// agentsafe's detail when [adapter.CarriesDetail]; the engine's error stays
+// reachable from it with errors.As, on the server only.
+func wireError(err error, env middleware.Envelope) error {
+	if own, ok := adapter.HandlerError(err); ok {
+		return ownError(own)
 	}
-	if d, derr := connect.NewErrorDetail(env.ErrorDetail()); derr == nil {
-		out.AddDetail(d)
+	msg := adapter.ConcealedMessage
+	if env.Error != nil {
+		msg = env.Error.Message
+	}
+	out := connect.NewError(connect.Code(adapter.RPCCode(err)), &wireMessage{msg: msg, err: err})
+	if adapter.CarriesDetail(err) {
+		if d, derr := connect.NewErrorDetail(adapter.ErrorDetail(env)); derr == nil {
+			out.AddDetail(d)
+		}
 	}
 	return out
 }
 
-// handlerError returns the *connect.Error the handler of the reported
-// attempt returned on purpose, if that is what the execution failed with.
-func handlerError(err error) (*connect.Error, bool) {
-	if middleware.CodeOf(err) != middleware.CodeExecutionFailed {
-		return nil, false
-	}
-	ae, ok := asAttemptError(err)
+// ownError returns err, a handler's or Connect's own error, for Connect to
+// send exactly as it would without agentsafe, but for what belongs to
+// another execution: the agentsafe detail of an error relayed from a
+// downstream governed call, and the envelope's headers in its metadata.
+// Such an error is rebuilt without them; err itself is never modified (a
+// handler may return one error value from many calls).
+func ownError(err error) error {
+	ce, ok := errors.AsType[*connect.Error](err)
 	if !ok {
-		return nil, false
+		return err
 	}
-	if _, declared := errors.AsType[*middleware.Error](ae.err); declared {
-		return nil, false
+	wire := connect.IsWireError(ce)
+	var meta http.Header
+	if !wire { // Connect drops a wire error's metadata itself
+		view := *ce // Meta allocates on a nil map: read it through a copy
+		meta = view.Meta()
 	}
-	return errors.AsType[*connect.Error](ae.err)
+	if !slices.ContainsFunc(ce.Details(), isEngineDetail) && !hasEnvelopeHeader(meta) {
+		return err
+	}
+	out := connect.NewError(ce.Code(), errors.New(ce.Message()))
+	if wire {
+		out = connect.NewWireError(ce.Code(), errors.New(ce.Message()))
+	}
+	for _, d := range ce.Details() {
+		if !isEngineDetail(d) {
+			out.AddDetail(d)
+		}
+	}
+	for k, vs := range meta {
+		if !adapter.IsEnvelopeHeader(k) {
+			out.Meta()[k] = vs
+		}
+	}
+	return out
 }
 
-// wireMessage is the message a governed error shows the caller, wrapping the
-// engine's error for errors.Is and errors.As on the server.
+func hasEnvelopeHeader(h http.Header) bool {
+	for k := range h {
+		if adapter.IsEnvelopeHeader(k) {
+			return true
+		}
+	}
+	return false
+}
+
+func isEngineDetail(d *connect.ErrorDetail) bool { return d.Type() == detailType }
+
+// wireMessage is the message an engine-decided error shows the caller,
+// wrapping the engine's error for errors.Is and errors.As on the server.
 type wireMessage struct {
 	msg string
 	err error

@@ -2,10 +2,11 @@ package grpcadapter
 
 import (
 	"context"
-	"strconv"
+	"net/http"
 	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -14,44 +15,66 @@ import (
 
 // EnvelopeFrom reads the envelope of a governed call back on the client,
 // from the response header metadata (grpc.Header call option) and trailer
-// (grpc.Trailer) and, on failure, the error's agentsafe.v1.ErrorDetail. It
-// reports false when the call carried no envelope (an ungoverned method).
+// (grpc.Trailer): the ids, and on failure the agentsafe code and whether
+// re-invoking is safe. The message is the status's. When the error
+// carries agentsafe's own agentsafe.v1.ErrorDetail for the same execution
+// (an outcome agentsafe decided), it adds the procedure; a detail a
+// handler relayed from another execution is ignored. It reports false when
+// the call carried no envelope (an ungoverned method).
 func EnvelopeFrom(header, trailer metadata.MD, err error) (middleware.Envelope, bool) {
-	md := metadata.Join(header, trailer)
-	env := middleware.Envelope{Status: middleware.StatusCompleted}
-	if v := md.Get(mdExecutionID); len(v) > 0 {
-		env.ExecutionID = v[0]
-	}
-	if v := md.Get(mdAttempts); len(v) > 0 {
-		env.Attempts, _ = strconv.Atoi(v[len(v)-1])
-	}
-	if v := md.Get(mdApprovalID); len(v) > 0 {
-		env.ApprovalID = v[0]
-	}
-	if err != nil {
-		st, _ := status.FromError(err)
-		for _, d := range st.Details() {
-			if detail, ok := d.(*agentsafev1.ErrorDetail); ok {
-				env = middleware.EnvelopeFromDetail(detail, st.Message())
-			}
+	h := http.Header{}
+	for _, md := range []metadata.MD{header, trailer} {
+		for k, v := range md {
+			h[http.CanonicalHeaderKey(k)] = v
 		}
 	}
-	return env, env.ExecutionID != ""
+	env, ok := adapter.ReadHeaders(h)
+	if !ok || env.Error == nil {
+		return env, ok
+	}
+	st := status.Convert(err)
+	env.Error.Message = st.Message()
+	for _, d := range st.Details() {
+		if d, own := d.(*agentsafev1.ErrorDetail); own && d.GetExecutionId() == env.ExecutionID {
+			env.Procedure = d.GetProcedure()
+		}
+	}
+	return env, true
 }
 
 // UnaryClientInterceptor puts the idempotency key of the governed execution
-// a call is made from (see middleware.OutgoingIdempotencyKey) on outgoing
-// calls as idempotency-key metadata, only to the listed hosts (host or
-// host:port, as the client connection's target names them). Calls made
-// outside an execution, or to other hosts, are untouched.
+// a call is made from (see [adapter.OutgoingKey]) on outgoing calls as
+// idempotency-key metadata, only to the listed hosts (host or host:port,
+// as the client connection's target names them). Calls made outside an
+// execution, or to other hosts, are untouched.
+//
+// Unlike Go's http.Client, gRPC follows no redirects: a call goes to the
+// connection's target (one of the addresses it resolves to) and nowhere
+// else, so the key is never carried off to a host that is not listed, the
+// concern connectadapter.KeyHTTPClient addresses for Connect.
 func UnaryClientInterceptor(hosts ...string) grpc.UnaryClientInterceptor {
-	allowed := middleware.NewKeyHosts(hosts...)
+	allowed := adapter.NewKeyHosts(hosts...)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if key, ok := allowed.Key(ctx, targetAddr(cc.CanonicalTarget())); ok {
-			ctx = metadata.AppendToOutgoingContext(ctx, mdKey, key)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
+		return invoker(withKey(ctx, allowed, cc), method, req, reply, cc, opts...)
 	}
+}
+
+// StreamClientInterceptor is [UnaryClientInterceptor] for streaming calls:
+// the key goes in the stream's request metadata.
+func StreamClientInterceptor(hosts ...string) grpc.StreamClientInterceptor {
+	allowed := adapter.NewKeyHosts(hosts...)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return streamer(withKey(ctx, allowed, cc), desc, cc, method, opts...)
+	}
+}
+
+// withKey adds the execution's key to the outgoing metadata of a call on
+// cc when its target is listed.
+func withKey(ctx context.Context, hosts adapter.KeyHosts, cc *grpc.ClientConn) context.Context {
+	if key, ok := hosts.Key(ctx, targetAddr(cc.CanonicalTarget())); ok {
+		return metadata.AppendToOutgoingContext(ctx, mdKey, key)
+	}
+	return ctx
 }
 
 // targetAddr is the host:port of a canonical target such as

@@ -4,23 +4,32 @@
 //
 //	eng, err := middleware.New(nil, middleware.WithEventSink(middleware.NewSlogSink(nil)))
 //	srv := grpc.NewServer(grpcadapter.ServerOptions(eng)...)
+//	// client side: the key downstream, the envelope back
+//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(grpcadapter.UnaryClientInterceptor("payments.internal")))
+//	env, ok := grpcadapter.EnvelopeFrom(header, trailer, err) // grpc.Header(&header), grpc.Trailer(&trailer)
 //
-// It is written only against the public API of package middleware, the way
-// an adapter outside this repository would be, and it passes
-// conformance.RunAdapter.
+// A governed unary call goes in this order: the interceptor resolves the
+// method and hands the engine the request and the agentsafe-approval-id
+// metadata; the engine runs the attempts, each with its own header and
+// trailer sink (a grpc.ServerTransportStream of its own) and, when a retry
+// is possible, every attempt after the first on a fresh copy of the request
+// as the caller sent it; then the finalized attempt's metadata and the
+// envelope go on the wire. Streams run once, synchronously, never retried.
 //
-// Unary calls get the whole pipeline. Each attempt runs on a clone of the
-// request message and with its own header and trailer sink (a
-// grpc.ServerTransportStream of its own), so only the finalized attempt's
-// grpc.SetHeader/SetTrailer calls reach the client. Streams run
-// synchronously, are never retried, and carry the execution id in their
-// response headers before the first message.
+// The envelope travels as metadata: agentsafe-execution-id,
+// agentsafe-attempts, agentsafe-approval-id when set, and on failure
+// agentsafe-code and agentsafe-retryable; in the header of a unary call, in
+// the trailer of a stream (whose header carries the execution id before
+// the first message). These keys are the engine's alone: a handler's
+// copies are dropped. A status error the handler returned passes unchanged,
+// as grpc-go sends it without agentsafe: code (codes.Unknown included),
+// message and details. A plain Go error is concealed as Internal, "the
+// operation failed". Only outcomes agentsafe decided (timeout, approvals,
+// concealment, a panic) carry an agentsafe.v1.ErrorDetail; the caller's own
+// deadline is DeadlineExceeded. gRPC follows no redirects, so the client
+// interceptors send the idempotency key only to the hosts listed.
 //
-// On the wire, every governed response carries the metadata
-// agentsafe-execution-id, agentsafe-attempts and, when set,
-// agentsafe-approval-id; an error is a status with the mapped code (a
-// handler's own status keeps its code and message; plain Go errors become
-// Internal with a concealed message) and an agentsafe.v1.ErrorDetail.
-// [EnvelopeFrom] reads it back on the client. A request carries an approval
-// id in the agentsafe-approval-id metadata key.
+// It is written only against packages middleware and middleware/adapter,
+// as an adapter outside this repository would be, and passes
+// conformance.RunAdapter. See the README: https://github.com/agentsafe/agentsafe#readme
 package grpcadapter

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/grpcadapter"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -25,7 +26,7 @@ func (readService) Read(ctx context.Context, r *testv1.Request) (*testv1.Respons
 // A gRPC server adopts agentsafe with one line; capability metadata comes
 // from the agentsafe.v1.capability option in the .proto file.
 func Example() {
-	eng, err := middleware.New(nil) // reads the method options of every linked .proto
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // reads the method options of every linked .proto
 	if err != nil {
 		panic(err)
 	}

@@ -10,16 +10,21 @@ import (
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/grpcadapter"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 func TestConformance(t *testing.T) {
 	conformance.RunAdapter(t, harness{})
@@ -32,18 +37,26 @@ type harness struct{}
 func (harness) Procedure(f conformance.Fixture) string { return fixture.Procedure(f) }
 
 func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
-	conn := serve(t, eng, &service{handle: handle, stream: stream})
+	conn := serve(t, eng, newService(handle, stream))
 	return client{testv1.NewTestServiceClient(conn)}
 }
 
-// serve starts a governed gRPC server for svc and returns a connection to it.
+// serve starts a gRPC server for svc governed by eng and returns a
+// connection to it.
 func serve(t *testing.T, eng *middleware.Engine, svc testv1.TestServiceServer, clientOpts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	return serveWith(t, grpcadapter.ServerOptions(eng), svc, clientOpts...)
+}
+
+// serveWith starts a gRPC server for svc with srvOpts on loopback and
+// returns a connection to it.
+func serveWith(t *testing.T, srvOpts []grpc.ServerOption, svc testv1.TestServiceServer, clientOpts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpcadapter.ServerOptions(eng)...)
+	srv := grpc.NewServer(srvOpts...)
 	testv1.RegisterTestServiceServer(srv, svc)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
@@ -55,53 +68,48 @@ func serve(t *testing.T, eng *middleware.Engine, svc testv1.TestServiceServer, c
 	return conn
 }
 
+// service is the shared test service, plus the stream fixture.
 type service struct {
-	testv1.UnimplementedTestServiceServer
-	handle conformance.Handler
+	*fixture.Service
+	unimplemented
 	stream conformance.StreamHandler
 }
 
-func fromProto(r *testv1.Request) conformance.Request {
-	return fixture.Request(r)
+// unimplemented sits one level deeper than the shared service, so that its
+// methods win.
+type unimplemented struct {
+	testv1.UnimplementedTestServiceServer
 }
 
-func toProto(r conformance.Response) *testv1.Response {
-	return fixture.ProtoResponse(r)
+func newService(handle conformance.Handler, stream conformance.StreamHandler) *service {
+	return &service{Service: &fixture.Service{Handle: handle, Error: grpcError,
+		SetHeader: func(ctx context.Context, k, v string) { grpc.SetHeader(ctx, metadata.Pairs(k, v)) }}, stream: stream}
 }
 
-func (s *service) serve(ctx context.Context, f conformance.Fixture, req *testv1.Request) (*testv1.Response, error) {
-	resp, err := s.handle(ctx, f, fromProto(req), func(k, v string) { grpc.SetHeader(ctx, metadata.Pairs(k, v)) })
-	if err != nil {
-		return nil, err
+// grpcError turns the suite's *conformance.Status into gRPC's own error, its
+// detail as a google.protobuf.StringValue.
+func grpcError(st *conformance.Status) error {
+	s := status.New(codes.Code(st.Code), st.Message)
+	if st.Detail != "" {
+		s, _ = s.WithDetails(wrapperspb.String(st.Detail))
 	}
-	return toProto(resp), nil
+	return s.Err()
 }
 
-func (s *service) Read(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureRead, r)
-}
-func (s *service) Write(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureWrite, r)
-}
-func (s *service) IdempotentWrite(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureIdempotentWrite, r)
-}
-func (s *service) Slow(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureSlow, r)
-}
-func (s *service) Gated(ctx context.Context, r *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureGated, r)
-}
 func (s *service) Stream(r *testv1.Request, ss grpc.ServerStreamingServer[testv1.Response]) error {
-	return s.stream(ss.Context(), fromProto(r), func(k, v string) { ss.SetHeader(metadata.Pairs(k, v)) },
-		func(resp conformance.Response) error { return ss.Send(toProto(resp)) })
+	err := s.stream(ss.Context(), fixture.Request(r), func(k, v string) { ss.SetHeader(metadata.Pairs(k, v)) },
+		func(resp conformance.Response) error { return ss.Send(fixture.ProtoResponse(resp)) })
+	if st, ok := errors.AsType[*conformance.Status](err); ok {
+		return grpcError(st)
+	}
+	return err
 }
 
 type client struct{ c testv1.TestServiceClient }
 
 func (c client) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
 	if approvalID != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "agentsafe-approval-id", approvalID)
+		ctx = metadata.AppendToOutgoingContext(ctx, "agentsafe-approval-id", approvalID) // exactly as given
 	}
 	in := fixture.ProtoRequest(req)
 	call := map[conformance.Fixture]func(context.Context, *testv1.Request, ...grpc.CallOption) (*testv1.Response, error){
@@ -144,6 +152,18 @@ func result(header, trailer metadata.MD, resp *testv1.Response, err error) confo
 	r := conformance.Result{Envelope: env, Header: h, Err: err}
 	if err == nil && resp != nil {
 		r.Response = new(fixture.Response(resp))
+	}
+	if err != nil {
+		st := status.Convert(err)
+		r.Status = &conformance.Status{Code: uint32(st.Code()), Message: st.Message()}
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *wrapperspb.StringValue:
+				r.Status.Detail = d.GetValue()
+			case *agentsafev1.ErrorDetail:
+				r.EngineDetail = true
+			}
+		}
 	}
 	return r
 }

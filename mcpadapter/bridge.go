@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -53,8 +54,8 @@ type tool struct {
 // descriptors are looked up in protoregistry.GlobalFiles unless
 // [WithProtoFiles] says otherwise.
 //
-// Only procedures the engine governs become tools (see
-// middleware.Engine.Lookup): an ungoverned procedure never appears.
+// Only procedures the engine has a capability for become tools: an
+// ungoverned procedure never appears.
 // Streaming procedures are left out, because a tool call has one input
 // and one result.
 //
@@ -91,8 +92,8 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 		methods := sd.Methods()
 		for i := range methods.Len() {
 			md := methods.Get(i)
-			proc := middleware.Procedure(md)
-			c, governed := eng.Lookup(proc)
+			proc := adapter.Procedure(md)
+			c, governed := adapter.Resolve(eng, proc).Capability()
 			if !governed || md.IsStreamingClient() || md.IsStreamingServer() {
 				continue
 			}

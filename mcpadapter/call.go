@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -40,17 +42,13 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		return refusal(middleware.CodeUnauthenticated, "the caller could not be authenticated"), nil
 	}
 	creq := connect.NewRequest(msg)
-	for k, vs := range header {
-		for _, v := range vs {
-			creq.Header().Add(k, v)
-		}
-	}
+	maps.Copy(creq.Header(), header)
 	// The approval id comes from the argument and nowhere else; the
 	// engine's binding (procedure, actor, input digest) decides whether it
 	// may be consumed, so the argument cannot turn into another call.
-	creq.Header().Del(middleware.HeaderApprovalID)
+	creq.Header().Del(adapter.HeaderApprovalID)
 	if approvalID != "" {
-		creq.Header().Set(middleware.HeaderApprovalID, approvalID)
+		creq.Header().Set(adapter.HeaderApprovalID, approvalID)
 	}
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
 		var stop func()

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -58,7 +59,7 @@ func TestEnvelopeToResult(t *testing.T) {
 				t.Errorf("text content %v: want the response as JSON too", text(r))
 			}
 			h := mcpadapter.ReadHeader(r)
-			if h.Get(middleware.HeaderExecutionID) != env.ExecutionID || h.Get(middleware.HeaderAttempts) != "1" || h.Get("X-Served-By") != "test-service" {
+			if h.Get(adapter.HeaderExecutionID) != env.ExecutionID || h.Get(adapter.HeaderAttempts) != "1" || h.Get("X-Served-By") != "test-service" {
 				t.Errorf("exposed headers %v", h)
 			}
 		})
@@ -67,7 +68,7 @@ func TestEnvelopeToResult(t *testing.T) {
 			r := callTool(t, cs, "write", map[string]any{"id": "w1", "mode": "fail"})
 			env := envelopeText(t, r)
 			if !r.IsError || env.Status != middleware.StatusFailed || env.Error.Code != middleware.CodeExecutionFailed ||
-				env.Error.Message != middleware.ConcealedMessage || env.Error.Retryable {
+				env.Error.Message != adapter.ConcealedMessage || env.Error.Retryable {
 				t.Fatalf("isError %t, envelope %+v %+v: want a concealed, non-retryable EXECUTION_FAILED", r.IsError, env, env.Error)
 			}
 			for _, s := range append(text(r), mustJSON(t, r.Meta)) {
@@ -83,11 +84,18 @@ func TestEnvelopeToResult(t *testing.T) {
 			}
 		})
 
-		t.Run("failed with a declared error", func(t *testing.T) {
+		t.Run("failed with the handler's own Connect error", func(t *testing.T) {
 			r := callTool(t, cs, "write", map[string]any{"id": "w2", "mode": "declared"})
-			env := envelopeText(t, r)
-			if !r.IsError || env.Error.Code != middleware.CodeExecutionFailed || env.Error.Message != "ALREADY_DONE: the record was written before" {
-				t.Fatalf("envelope %+v %+v: want the declared message", env, env.Error)
+			const want = `{"code":"failed_precondition","message":"ALREADY_DONE: the record was written before"}`
+			if texts := text(r); !r.IsError || len(texts) != 1 || texts[0] != want {
+				t.Fatalf("isError %t, text %q: want the handler's error as Connect writes it, %s", r.IsError, texts, want)
+			}
+			env, ok := mcpadapter.ReadEnvelope(r)
+			if !ok || env.Error == nil || env.Error.Code != middleware.CodeExecutionFailed || env.Error.Retryable || env.Error.Message != "ALREADY_DONE: the record was written before" {
+				t.Fatalf("_meta envelope %+v (found %t): want a non-retryable EXECUTION_FAILED with the handler's message", env, ok)
+			}
+			if h := mcpadapter.ReadHeader(r); h.Get(adapter.HeaderCode) != "EXECUTION_FAILED" || h.Get(adapter.HeaderRetryable) != "false" {
+				t.Errorf("exposed headers %v: want the envelope's code and retryable flag", h)
 			}
 		})
 
@@ -102,7 +110,7 @@ func TestEnvelopeToResult(t *testing.T) {
 		t.Run("approval required", func(t *testing.T) {
 			r := callTool(t, cs, "gated", map[string]any{"id": "g1"})
 			env := envelopeText(t, r)
-			if !r.IsError || env.Status != middleware.StatusApprovalRequired || env.Error.Code != middleware.CodeApprovalRequired || !middleware.ValidApprovalID(env.ApprovalID) {
+			if !r.IsError || env.Status != middleware.StatusApprovalRequired || env.Error.Code != middleware.CodeApprovalRequired || !store.ValidApprovalID(env.ApprovalID) {
 				t.Fatalf("envelope %+v: want approval_required with an approval id", env)
 			}
 			texts := text(r)
@@ -142,7 +150,7 @@ func TestApprovalResume(t *testing.T) {
 		args := map[string]any{"id": "refund-1", "amount": 12000}
 		r := callTool(t, cs, "gated", args)
 		id := envelopeText(t, r).ApprovalID
-		if !middleware.ValidApprovalID(id) {
+		if !store.ValidApprovalID(id) {
 			t.Fatalf("no approval id in %v", text(r))
 		}
 
@@ -159,7 +167,7 @@ func TestApprovalResume(t *testing.T) {
 		if env := envelopeText(t, resume(nil)); env.Error == nil || env.Error.Code != middleware.CodeApprovalPending {
 			t.Fatalf("resume before the decision: %+v, want APPROVAL_PENDING", env)
 		}
-		if _, err := f.eng.Decide(context.Background(), id, middleware.Decision{Approve: true, Approver: manager}); err != nil {
+		if _, err := f.eng.Decide(context.Background(), id, store.Decision{Approve: true, Approver: manager}); err != nil {
 			t.Fatal(err)
 		}
 		// The approval binds the input: other arguments are refused, and
@@ -244,39 +252,72 @@ func TestInvalidArguments(t *testing.T) {
 	}
 }
 
-// TestCancellation: a cancelled MCP request cancels the execution, which
-// ends CANCELLED, and the handler's context ends.
-func TestCancellation(t *testing.T) {
-	transports(t, func(t *testing.T, connect func(*mcpadapter.Bridge, *mcp.ClientOptions) *mcp.ClientSession) {
-		f := newFixture(t, fixtureConfig{bridgeOpts: []mcpadapter.Option{bearer(agent.ID)}})
-		cs := connect(f.bridge, nil)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"id": "c1", "mode": "block"}})
-			done <- err
-		}()
-		f.waitStarted(t, "c1")
-		cancel()
-		select {
-		case err := <-f.svc.ended:
-			if !errors.Is(err, context.Canceled) {
-				t.Errorf("the handler's context ended with %v, want context.Canceled", err)
+// TestRefusedBeforeTheEngine: a Connect error from the service's own
+// interceptors, before agentsafe's, has no envelope; its code is read back
+// through the wire table, and Unknown and Internal messages are concealed.
+func TestRefusedBeforeTheEngine(t *testing.T) {
+	f := newFixture(t, fixtureConfig{})
+	for _, tc := range []struct {
+		connect string
+		want    middleware.Code
+		message string
+	}{
+		{"resource_exhausted", middleware.CodeResourceExhausted, "refused by the service: resource_exhausted"},
+		{"invalid_argument", middleware.CodeInvalidArgument, "refused by the service: invalid_argument"},
+		{"deadline_exceeded", middleware.CodeCancelled, "refused by the service: deadline_exceeded"},
+		{"permission_denied", middleware.CodeExecutionFailed, "refused by the service: permission_denied"},
+		{"internal", middleware.CodeExecutionFailed, adapter.ConcealedMessage},
+	} {
+		t.Run(tc.connect, func(t *testing.T) {
+			b, err := mcpadapter.New(f.eng, f.mux, []string{testv1connect.TestServiceName}, bearer("refuse:"+tc.connect))
+			if err != nil {
+				t.Fatal(err)
 			}
-		case <-time.After(waitBound):
-			t.Fatal("the cancellation did not reach the handler")
+			r := callTool(t, connectInMemory(t, b, nil), "read", map[string]any{"id": "x"})
+			env := envelopeText(t, r)
+			if !r.IsError || env.ExecutionID != "" || env.Error == nil || env.Error.Code != tc.want || env.Error.Message != tc.message || env.Status != tc.want.Status() {
+				t.Errorf("result %v: want %s %q with no execution", text(r), tc.want, tc.message)
+			}
+		})
+	}
+	if n := len(f.svc.executions()); n != 0 {
+		t.Errorf("refused calls ran the handler %d times", n)
+	}
+}
+
+// TestCancellation: a cancelled MCP request over streamable HTTP cancels
+// the execution, which ends CANCELLED, and the handler's context ends.
+// (Over the in-memory transport this is the conformance rule "Cancel/the
+// caller's cancellation is CANCELLED and never retried".)
+func TestCancellation(t *testing.T) {
+	f := newFixture(t, fixtureConfig{bridgeOpts: []mcpadapter.Option{bearer(agent.ID)}})
+	cs := connectHTTP(t, f.bridge, agent.ID, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"id": "c1", "mode": "block"}})
+		done <- err
+	}()
+	f.waitStarted(t, "c1")
+	cancel()
+	select {
+	case err := <-f.svc.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the handler's context ended with %v, want context.Canceled", err)
 		}
-		if err := <-done; err == nil {
-			t.Error("the cancelled call returned no error to the client")
-		}
-		x := f.svc.executions()[0]
-		if e := f.final(t, x.ID); e.Type != middleware.EventCancelled || e.Code != middleware.CodeCancelled {
-			t.Errorf("final event %s %s, want capability.cancelled CANCELLED", e.Type, e.Code)
-		}
-		if n := len(f.svc.executions()); n != 1 {
-			t.Errorf("the handler ran %d times: a cancellation is never retried", n)
-		}
-	})
+	case <-time.After(waitBound):
+		t.Fatal("the cancellation did not reach the handler")
+	}
+	if err := <-done; err == nil {
+		t.Error("the cancelled call returned no error to the client")
+	}
+	x := f.svc.executions()[0]
+	if e := f.final(t, x.ID); e.Type != middleware.EventCancelled || e.Code != middleware.CodeCancelled {
+		t.Errorf("final event %s %s, want capability.cancelled CANCELLED", e.Type, e.Code)
+	}
+	if n := len(f.svc.executions()); n != 1 {
+		t.Errorf("the handler ran %d times: a cancellation is never retried", n)
+	}
 }
 
 // TestProgress: a client that sends a progress token gets one
@@ -287,12 +328,9 @@ func TestProgress(t *testing.T) {
 			engineOpts: []middleware.Option{middleware.WithEventSink(mcpadapter.ProgressSink())},
 			bridgeOpts: []mcpadapter.Option{bearer(agent.ID)},
 		})
-		var mu sync.Mutex
-		var got []*mcp.ProgressNotificationParams
+		got := make(chan *mcp.ProgressNotificationParams, 16)
 		cs := connect(f.bridge, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			got = append(got, r.Params)
-			mu.Unlock()
+			got <- r.Params
 		}})
 		ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 		defer cancel()
@@ -304,34 +342,22 @@ func TestProgress(t *testing.T) {
 		}
 		// Notifications are sent before the result, but a client may
 		// dispatch them on another goroutine.
-		deadline := time.Now().Add(waitBound)
-		for {
-			mu.Lock()
-			n := len(got)
-			mu.Unlock()
-			if n >= 2 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(got) != 2 {
-			t.Fatalf("%d progress notifications, want 2 (one per retry)", len(got))
-		}
-		for i, p := range got {
-			if p.ProgressToken != "tok-1" || p.Progress != float64(i+2) || p.Total != 3 || !strings.Contains(p.Message, "EXECUTION_FAILED") {
-				t.Errorf("notification %d: %+v, want token tok-1, progress %d of 3", i, p, i+2)
+		for i := range 2 {
+			select {
+			case p := <-got:
+				if p.ProgressToken != "tok-1" || p.Progress != float64(i+2) || p.Total != 3 || !strings.Contains(p.Message, "EXECUTION_FAILED") {
+					t.Errorf("notification %d: %+v, want token tok-1, progress %d of 3", i, p, i+2)
+				}
+			case <-ctx.Done():
+				t.Fatalf("%d progress notifications, want 2 (one per retry)", i)
 			}
 		}
 
-		// Without a token: no notifications.
-		before := len(got)
-		mu.Unlock()
 		callTool(t, cs, "read", map[string]any{"id": "p2", "mode": "flaky", "failTimes": 1})
-		mu.Lock()
-		if len(got) != before {
-			t.Errorf("a call without a progress token got notifications")
+		select {
+		case p := <-got:
+			t.Errorf("a call without a progress token got a notification: %+v", p)
+		default:
 		}
 	})
 }

@@ -34,20 +34,9 @@ func ReadEnvelope(r *mcp.CallToolResult) (middleware.Envelope, bool) {
 // returns an empty header when there are none.
 func ReadHeader(r *mcp.CallToolResult) http.Header {
 	h := http.Header{}
-	if r == nil {
-		return h
-	}
-	raw, ok := metaJSON(r.Meta, metaHeaders)
-	if !ok {
-		return h
-	}
-	var m map[string][]string
-	if json.Unmarshal(raw, &m) != nil {
-		return h
-	}
-	for k, vs := range m {
-		for _, v := range vs {
-			h.Add(k, v)
+	if r != nil {
+		if raw, ok := metaJSON(r.Meta, metaHeaders); ok && json.Unmarshal(raw, &h) != nil {
+			clear(h) // not headers as the bridge writes them
 		}
 	}
 	return h

@@ -17,9 +17,9 @@
 // # Tools
 //
 // New lists one tool per unary procedure of the named services that the
-// engine governs (middleware.Engine.Lookup); ungoverned procedures never
-// appear, and streaming ones are left out, because a tool call has one
-// input and one result.
+// engine has a capability for; ungoverned procedures never appear, and
+// streaming ones are left out, because a tool call has one input and one
+// result.
 //
 //   - Name: the capability's ToolName (the tool_name method option, or the Go
 //     registry's Capability.ToolName) when set, else the method name in snake
@@ -69,28 +69,28 @@
 //
 // # Results
 //
-// The mapping from the envelope is deterministic:
-//
 //   - completed: structuredContent is the response as JSON (protojson,
 //     lowerCamelCase names, zero values included, compact), and a text
 //     content carries the same JSON for clients that read only text;
-//   - every other outcome is isError, with the envelope's JSON form as its
-//     text content — {"status", "executionId", "procedure", "attempts",
-//     "error": {"code", "message", "retryable"}, "approvalId"} — where
-//     retryable means safe for the caller to re-invoke, and messages are
-//     what the engine lets callers see (a plain Go error stays "the
-//     operation failed"). approval_required and APPROVAL_PENDING add a
-//     second text that tells the model the approval id and what to do next,
-//     APPROVAL_CONSUMED one that says the approved call already ran;
-//   - a call refused before the engine ran (invalid arguments, the
-//     service's authentication) is isError with the same JSON shape, an
-//     empty execution id, and no envelope in _meta.
+//   - an outcome the engine decided is isError with the envelope's JSON form
+//     as text — {"status", "executionId", "procedure", "attempts", "error":
+//     {"code", "message", "retryable"}, "approvalId"}, retryable meaning safe
+//     to re-invoke, messages what the engine lets callers see (a plain Go
+//     error stays "the operation failed"); approval_required and
+//     APPROVAL_PENDING add a text saying what to do next, APPROVAL_CONSUMED
+//     one saying the approved call already ran;
+//   - the handler's own Connect error passes unchanged: isError with the
+//     error as Connect writes it, {"code", "message", "details"};
+//   - a call refused before the engine ran (invalid arguments, the service's
+//     authentication, the caller leaving) is isError with the envelope's
+//     JSON shape and no execution id; its code is the Connect code read
+//     back through the wire table (EXECUTION_FAILED where no one code
+//     fits; Unknown and Internal messages concealed).
 //
 // Results of calls the engine ran carry the envelope in _meta under
-// "agentsafe/envelope" (read it with [ReadEnvelope]) and the procedure's
-// response headers under "agentsafe/headers" (read them with
-// [ReadHeader]): the agentsafe headers always, others only when named with
-// [WithResponseHeaders].
+// "agentsafe/envelope" ([ReadEnvelope]) and the response headers under
+// "agentsafe/headers" ([ReadHeader]): the Agentsafe-* headers, and those
+// named with [WithResponseHeaders].
 //
 // # Resuming an approved call
 //
@@ -119,4 +119,7 @@
 // Connect handlers (connectadapter governs them). It cannot tell before a
 // call whether the handler really has the agentsafe interceptor installed:
 // a result without "agentsafe/envelope" in _meta shows that it has not.
+//
+// The repository's README ("Adopting it, one line per framework") shows the
+// bridge next to the other adapters.
 package mcpadapter

@@ -12,6 +12,7 @@ import (
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -71,7 +72,7 @@ func Example() {
 	fmt.Println("gated:", env.Status, first.IsError)
 
 	// A human approves, through the engine's store.
-	if _, err := eng.Decide(ctx, env.ApprovalID, middleware.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-1", Tenant: "acme"}}); err != nil {
+	if _, err := eng.Decide(ctx, env.ApprovalID, store.Decision{Approve: true, Approver: middleware.Actor{ID: "manager-1", Tenant: "acme"}}); err != nil {
 		panic(err)
 	}
 	args["_approval_id"] = env.ApprovalID

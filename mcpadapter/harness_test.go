@@ -2,6 +2,7 @@ package mcpadapter_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -16,8 +17,11 @@ import (
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 func TestConformance(t *testing.T) {
@@ -29,6 +33,11 @@ func TestConformance(t *testing.T) {
 // in-memory transport; the client calls tools with the SDK's client and
 // reads everything from the tool results, as an MCP client would.
 type harness struct{}
+
+// InProcess: the bridge calls the service in process and the client talks
+// to the bridge on the in-memory transport, so the suite runs in a
+// testing/synctest bubble.
+func (harness) InProcess() bool { return true }
 
 func (harness) Procedure(f conformance.Fixture) string { return fx.Procedure(f) }
 
@@ -66,12 +75,30 @@ func (s *fixtureService) serve(ctx context.Context, f conformance.Fixture, req *
 			ci.ResponseHeader().Set(k, v)
 		}
 	}
-	r := req.Msg
-	resp, err := s.handle(ctx, f, fx.Request(r), setHeader)
+	resp, err := s.handle(ctx, f, fx.Request(req.Msg), setHeader)
+	if req.Msg.GetMode() == string(conformance.ModeMutate) {
+		req.Msg.Id = conformance.MutatedID // a careless handler changes its input
+	}
+	if st, ok := errors.AsType[*conformance.Status](err); ok {
+		return nil, connectError(st)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&testv1.Response{Id: resp.ID, Attempt: int32(resp.Attempt), ExecutionId: resp.ExecutionID, IdempotencyKey: resp.IdempotencyKey}), nil
+	return connect.NewResponse(fx.ProtoResponse(resp)), nil
+}
+
+// connectError is the suite's status as a Connect handler returns it.
+func connectError(st *conformance.Status) *connect.Error {
+	ce := connect.NewError(connect.Code(st.Code), errors.New(st.Message))
+	if st.Detail != "" {
+		d, err := connect.NewErrorDetail(wrapperspb.String(st.Detail))
+		if err != nil {
+			panic(err)
+		}
+		ce.AddDetail(d)
+	}
+	return ce
 }
 
 func (s *fixtureService) Read(ctx context.Context, r *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
@@ -119,6 +146,7 @@ func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conforma
 	out.Body = []byte(strings.Join(body, "\n"))
 	if r.IsError {
 		out.Err = errors.New(string(out.Body))
+		out.Status, out.EngineDetail = toolStatus(body[0])
 		return out
 	}
 	raw, err := json.Marshal(r.StructuredContent)
@@ -133,4 +161,32 @@ func (c mcpClient) Call(ctx context.Context, f conformance.Fixture, req conforma
 	}
 	out.Response = new(fx.Response(&resp))
 	return out
+}
+
+// toolStatus decodes the text of a failed tool call: the envelope's JSON
+// form for an outcome the engine decided (agentsafe's own detail; its code
+// is the one the wire table writes), or a framework's own error as Connect
+// writes it, its conformance detail in a google.protobuf.StringValue.
+func toolStatus(text string) (*conformance.Status, bool) {
+	var env middleware.Envelope
+	if json.Unmarshal([]byte(text), &env) == nil && env.Error != nil {
+		return &conformance.Status{Code: adapter.CodeRPC(env.Error.Code), Message: env.Error.Message}, true
+	}
+	var wire struct {
+		Code    connect.Code
+		Message string
+		Details []struct{ Type, Value string }
+	}
+	if err := json.Unmarshal([]byte(text), &wire); err != nil {
+		return nil, false
+	}
+	st := &conformance.Status{Code: uint32(wire.Code), Message: wire.Message}
+	for _, d := range wire.Details {
+		b, _ := base64.RawStdEncoding.DecodeString(d.Value)
+		var v wrapperspb.StringValue
+		if d.Type == "google.protobuf.StringValue" && proto.Unmarshal(b, &v) == nil {
+			st.Detail = v.GetValue()
+		}
+	}
+	return st, false
 }

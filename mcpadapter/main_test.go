@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/connectadapter"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/mcpadapter"
@@ -23,7 +25,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // waitBound bounds every wait; reaching it fails the test instead of
 // hanging it.
@@ -115,6 +117,13 @@ func authenticate(next connect.UnaryFunc) connect.UnaryFunc {
 		if !ok || user == "" {
 			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a bearer token is required"))
 		}
+		// "refuse:<code>" is refused with that Connect code, before the
+		// engine runs.
+		if name, refuse := strings.CutPrefix(user, "refuse:"); refuse {
+			var code connect.Code
+			_ = code.UnmarshalText([]byte(name))
+			return nil, connect.NewError(code, errors.New("refused by the service: "+name))
+		}
 		return next(context.WithValue(ctx, userKey{}, user), req)
 	}
 }
@@ -140,7 +149,7 @@ func bearer(user string) mcpadapter.Option {
 type fixture struct {
 	svc    *service
 	eng    *middleware.Engine
-	rec    *middleware.EventRecorder
+	rec    *agentsafetest.Recorder
 	bridge *mcpadapter.Bridge
 	mux    *http.ServeMux
 }
@@ -153,7 +162,7 @@ type fixtureConfig struct {
 
 func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	t.Helper()
-	f := &fixture{svc: newService(), rec: &middleware.EventRecorder{}}
+	f := &fixture{svc: newService(), rec: &agentsafetest.Recorder{}}
 	opts := append([]middleware.Option{
 		middleware.WithEventSink(f.rec),
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
@@ -283,19 +292,14 @@ func (f *fixture) waitStarted(t *testing.T, id string) {
 	}
 }
 
-// final waits for the final event of the one execution of procedure that
-// ends after the call.
+// final waits for the final event of an execution.
 func (f *fixture) final(t *testing.T, executionID string) middleware.Event {
 	t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for time.Now().Before(deadline) {
-		for _, e := range f.rec.Execution(executionID) {
-			if e.Type.Final() {
-				return e
-			}
-		}
-		time.Sleep(2 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
+	defer cancel()
+	evs, err := f.rec.WaitFinal(ctx, executionID)
+	if err != nil {
+		t.Fatalf("execution %s did not end: %v", executionID, err)
 	}
-	t.Fatalf("execution %s did not end", executionID)
-	return middleware.Event{}
+	return evs[len(evs)-1]
 }

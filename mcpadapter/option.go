@@ -66,8 +66,8 @@ func WithHeaders(f func(ctx context.Context, req *mcp.CallToolRequest) (http.Hea
 
 // WithResponseHeaders names response headers of the procedures that tool
 // results expose in their _meta (under "agentsafe/headers"), next to the
-// Agentsafe-Execution-Id, Agentsafe-Attempts and Agentsafe-Approval-Id
-// headers, which are always exposed. By default no other header is: a
+// envelope's Agentsafe-* headers, which are always exposed. By default no
+// other header is: a
 // service's headers were written for its own clients, not necessarily for
 // a model.
 func WithResponseHeaders(names ...string) Option {

@@ -69,7 +69,7 @@ func (t *tool) startProgress(ctx context.Context, session *mcp.ServerSession, to
 	p := &progress{
 		procedure: t.procedure,
 		token:     token,
-		total:     float64(1 + t.capability.Retry.MaxAttempts),
+		total:     float64(1 + t.capability.Retry.MaxRetries),
 		queue:     make(chan *mcp.ProgressNotificationParams, progressQueue),
 	}
 	done := make(chan struct{})

@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -100,7 +102,7 @@ func TestRefundTools(t *testing.T) {
 		t.Fatalf("tools %v", names)
 	}
 
-	eng, err := middleware.New(nil, middleware.WithProtoFiles(files))
+	eng, err := middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestRefundTools(t *testing.T) {
 			t.Errorf("%s: annotations %+v, want %+v with destructive and open-world always explicit (MCP defaults them to true)", name, got, w.hints)
 		}
 		// One mapping: the annotations are the engine's hints.
-		c, _ := eng.Lookup(w.procedure)
+		c, _ := adapter.Resolve(eng, w.procedure).Capability()
 		if h := c.Hints(); (hints{h.ReadOnly, h.Destructive, h.Idempotent, h.OpenWorld}) != got {
 			t.Errorf("%s: annotations %+v differ from the engine's hints %+v", name, got, h)
 		}

@@ -11,6 +11,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -26,65 +28,72 @@ const (
 	metaApprovalType = "agentsafe/approvalType"
 )
 
-// exposedHeaders are the response headers every tool result exposes.
-var exposedHeaders = []string{middleware.HeaderExecutionID, middleware.HeaderAttempts, middleware.HeaderApprovalID}
+// exposedHeaders are the response headers every tool result exposes: the
+// envelope's.
+var exposedHeaders = []string{adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode, adapter.HeaderRetryable}
 
-// result turns what the procedure returned into the tool result. The
-// mapping is deterministic:
-//
-//   - completed: the response as JSON (protojson, lowerCamelCase names,
-//     zero values included) in structuredContent and, for clients that only
-//     read text, in one text content;
-//   - anything else is isError, with the envelope's JSON form as text
-//     content: status, execution id, error {code, message, retryable (safe
-//     for the caller to re-invoke)}, approval id. An approval that is
-//     required or pending adds a second text saying what to do next.
-//
-// Both carry the envelope in _meta under "agentsafe/envelope".
+// result turns what the procedure returned into the tool result (see the
+// package documentation for the mapping).
 func (t *tool) result(res *connect.Response[dynamicpb.Message], err error, approvalID string) *mcp.CallToolResult {
 	env, governed := connectadapter.ReadEnvelope(res, err)
+	ce, _ := errors.AsType[*connect.Error](err)
+	r := &mcp.CallToolResult{IsError: err != nil}
 	var header http.Header
-	if err == nil {
+	switch {
+	case err == nil:
 		header = res.Header()
-	} else if ce, ok := errors.AsType[*connect.Error](err); ok {
+		out := t.response(res.Msg)
+		r.StructuredContent, r.Content = json.RawMessage(out), []mcp.Content{&mcp.TextContent{Text: string(out)}}
+	case !governed:
+		r = refusal(codeOf(err))
+	case frameworkError(env, ce): // as Connect writes it
+		w := &recorder{header: http.Header{}}
+		_ = connect.NewErrorWriter().Write(w, &http.Request{Header: http.Header{}}, ce)
+		r.Content = []mcp.Content{&mcp.TextContent{Text: w.body.String()}}
+	default:
+		text, _ := env.MarshalJSON()
+		r.Content = []mcp.Content{&mcp.TextContent{Text: string(text)}}
+		if next := t.next(env, approvalID); next != "" {
+			r.Content = append(r.Content, &mcp.TextContent{Text: next})
+		}
+	}
+	if ce != nil {
 		header = ce.Meta()
 	}
-	meta := mcp.Meta{}
+	r.Meta = mcp.Meta{}
 	if governed {
-		if b, merr := env.MarshalJSON(); merr == nil {
-			meta[metaEnvelope] = json.RawMessage(b)
-		}
+		b, _ := env.MarshalJSON()
+		r.Meta[metaEnvelope] = json.RawMessage(b)
 	}
 	if h := t.b.exposed(header); len(h) > 0 {
-		meta[metaHeaders] = h
-	}
-	if err == nil {
-		out, merr := protojson.MarshalOptions{Resolver: t.b.types, EmitDefaultValues: true}.Marshal(res.Msg)
-		if merr == nil {
-			// protojson varies its whitespace on purpose; results are
-			// compact, so that one response always reads the same.
-			var buf bytes.Buffer
-			if merr = json.Compact(&buf, out); merr == nil {
-				out = buf.Bytes()
-			}
-		}
-		if merr != nil {
-			// The call completed; only its answer cannot be shown. Say so
-			// rather than invite a re-invocation.
-			out, _ = json.Marshal(map[string]string{"status": "completed", "note": "the call completed, but its response could not be encoded as JSON"})
-		}
-		return &mcp.CallToolResult{Meta: meta, StructuredContent: json.RawMessage(out), Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}}
-	}
-	if !governed {
-		env = envelopeOf(err)
-	}
-	text, _ := env.MarshalJSON()
-	r := &mcp.CallToolResult{Meta: meta, IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}
-	if next := t.next(env, approvalID); next != "" {
-		r.Content = append(r.Content, &mcp.TextContent{Text: next})
+		r.Meta[metaHeaders] = h
 	}
 	return r
 }
+
+// response is a completed call's response as compact JSON (protojson varies
+// its whitespace on purpose; one response always reads the same here).
+func (t *tool) response(msg *dynamicpb.Message) []byte {
+	out, err := protojson.MarshalOptions{Resolver: t.b.types, EmitDefaultValues: true}.Marshal(msg)
+	var buf bytes.Buffer
+	if err == nil && json.Compact(&buf, out) == nil {
+		return buf.Bytes()
+	}
+	// The call completed; only its answer cannot be shown. Say so rather
+	// than invite a re-invocation.
+	out, _ = json.Marshal(map[string]string{"status": "completed", "note": "the call completed, but its response could not be encoded as JSON"})
+	return out
+}
+
+// frameworkError reports whether a governed failure is the handler's (or
+// Connect's) own error, which passes unchanged: EXECUTION_FAILED without
+// agentsafe's detail, which every other outcome but CANCELLED carries.
+func frameworkError(env middleware.Envelope, ce *connect.Error) bool {
+	return env.Error != nil && env.Error.Code == middleware.CodeExecutionFailed &&
+		!slices.ContainsFunc(ce.Details(), func(d *connect.ErrorDetail) bool { return d.Type() == detailType })
+}
+
+var detailType = string((*agentsafev1.ErrorDetail)(nil).ProtoReflect().Descriptor().FullName())
 
 // next says what a model should do after an approval outcome.
 func (t *tool) next(env middleware.Envelope, approvalID string) string {
@@ -109,40 +118,33 @@ func (t *tool) next(env middleware.Envelope, approvalID string) string {
 	return ""
 }
 
-// refusal is the result of a call the bridge refused before calling the
-// procedure: nothing ran, so there is no execution and no envelope in
-// _meta.
+// refusal is the result of a call refused before the engine ran: the
+// envelope's JSON form without an execution, and no envelope in _meta.
 func refusal(code middleware.Code, message string) *mcp.CallToolResult {
-	env := middleware.Envelope{Status: middleware.StatusFailed, Error: &middleware.EnvelopeError{Code: code, Message: message}}
+	env := middleware.Envelope{Status: code.Status(), Error: &middleware.EnvelopeError{Code: code, Message: message}}
 	text, _ := env.MarshalJSON()
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}
 }
 
-// envelopeOf describes a failure that carries no envelope because the
-// engine never ran: the service's own interceptors before it refused the
-// call (authentication), the handler is not where the bridge was told, or
-// the caller left. The Connect code is mapped onto the agentsafe codes;
-// messages of Unknown and Internal errors are concealed, since nothing
-// says they were written for the caller.
-func envelopeOf(err error) middleware.Envelope {
-	code := middleware.CodeExecutionFailed
-	status := middleware.StatusFailed
-	msg := middleware.ConcealedMessage
-	ce, isConnect := errors.AsType[*connect.Error](err)
-	switch connect.CodeOf(err) {
-	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
-		return middleware.Envelope{Status: middleware.StatusCancelled, Error: &middleware.EnvelopeError{Code: middleware.CodeCancelled, Message: "the caller cancelled the call"}}
-	case connect.CodeUnauthenticated:
-		code = middleware.CodeUnauthenticated
-	case connect.CodeInvalidArgument:
-		code = middleware.CodeInvalidArgument
-	case connect.CodeResourceExhausted:
-		code = middleware.CodeResourceExhausted
+// refusalCodes are the codes a refusal is read back as: those the one wire
+// table ([adapter.CodeRPC]) writes as a Connect code no other code shares.
+var refusalCodes = []middleware.Code{middleware.CodeCancelled, middleware.CodeUnauthenticated, middleware.CodeInvalidArgument, middleware.CodeResourceExhausted}
+
+// codeOf reads a failure without an envelope back as a refusal's code and
+// message: DeadlineExceeded is the caller's own (no attempt ran to time
+// out), other codes EXECUTION_FAILED; Unknown and Internal messages are
+// concealed, since nothing says they were written for the caller.
+func codeOf(err error) (middleware.Code, string) {
+	c, code, msg := connect.CodeOf(err), middleware.CodeExecutionFailed, adapter.ConcealedMessage
+	for _, rc := range refusalCodes {
+		if adapter.CodeRPC(rc) == uint32(c) || rc == middleware.CodeCancelled && c == connect.CodeDeadlineExceeded {
+			code = rc
+		}
 	}
-	if isConnect && ce.Message() != "" && !slices.Contains([]connect.Code{connect.CodeUnknown, connect.CodeInternal}, ce.Code()) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok && ce.Message() != "" && c != connect.CodeUnknown && c != connect.CodeInternal {
 		msg = ce.Message()
 	}
-	return middleware.Envelope{Status: status, Error: &middleware.EnvelopeError{Code: code, Message: msg}}
+	return code, msg
 }
 
 // exposed returns the response headers a result shows: the agentsafe

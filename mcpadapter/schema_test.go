@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/google/jsonschema-go/jsonschema"
@@ -136,7 +137,7 @@ func shopFiles(t *testing.T) *protoregistry.Files {
 // which must agree.
 func listTools(t *testing.T, files *protoregistry.Files, reg *middleware.Registry, services ...string) map[string]*mcp.Tool {
 	t.Helper()
-	eng, err := middleware.New(reg, middleware.WithProtoFiles(files))
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,11 +17,11 @@ func noop(context.Context) (any, error) { return nil, nil }
 // function directly; report both with -benchmem and compare in one run.
 func BenchmarkGoverned(b *testing.B) {
 	eng, err := middleware.New(middleware.NewRegistry().
-		Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Nanosecond}}))
+		Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}}), middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)
 	}
-	call := middleware.Call{Procedure: procRead}
+	call := call{Procedure: procRead}
 	ctx := context.Background()
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
@@ -32,7 +32,7 @@ func BenchmarkGoverned(b *testing.B) {
 	b.Run("engine", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			sink, _, _ = eng.Execute(ctx, call, noop)
+			sink, _, _ = execute(eng, ctx, call, noop)
 		}
 	})
 	b.Run("engine-cancelable-ctx", func(b *testing.B) {
@@ -40,7 +40,7 @@ func BenchmarkGoverned(b *testing.B) {
 		defer cancel()
 		b.ReportAllocs()
 		for b.Loop() {
-			sink, _, _ = eng.Execute(ctx, call, noop)
+			sink, _, _ = execute(eng, ctx, call, noop)
 		}
 	})
 	transient := middleware.Retryable(errors.New("transient"))
@@ -48,7 +48,7 @@ func BenchmarkGoverned(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			first := true
-			sink, _, _ = eng.Execute(ctx, call, func(context.Context) (any, error) {
+			sink, _, _ = execute(eng, ctx, call, func(context.Context) (any, error) {
 				if first {
 					first = false
 					return nil, transient

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -59,6 +60,30 @@ func (r Risk) String() string {
 
 func (r Risk) valid() bool { return r <= RiskCritical }
 
+// Surface is where a call reaches a capability.
+type Surface uint8
+
+// The surfaces. A capability's Exposure lists those it is served on.
+const (
+	// SurfaceRPC: Connect, gRPC, gRPC-Web and Twirp.
+	SurfaceRPC Surface = iota + 1
+	// SurfaceHTTP: a net/http route.
+	SurfaceHTTP
+	// SurfaceMCP: a tool of an MCP bridge; never exposed unless listed.
+	SurfaceMCP
+)
+
+var surfaceNames = [...]string{"", "rpc", "http", "mcp"}
+
+func (s Surface) String() string {
+	if int(s) < len(surfaceNames) && s > 0 {
+		return surfaceNames[s]
+	}
+	return fmt.Sprintf("Surface(%d)", uint8(s))
+}
+
+func (s Surface) valid() bool { return s >= SurfaceRPC && s <= SurfaceMCP }
+
 // Capability is the safety metadata of one procedure. Zero values mean the
 // defaults listed on each field.
 type Capability struct {
@@ -73,7 +98,7 @@ type Capability struct {
 	// is required before a write-like capability may be retried.
 	Idempotent bool
 	// Timeout is the deadline of ONE attempt. Zero means the engine default
-	// (30s unless [WithDefaultTimeout] says otherwise); negative is invalid.
+	// (30s unless [WithDefaults] says otherwise); negative is invalid.
 	Timeout time.Duration
 	// Retry configures runtime retries. The zero value never retries.
 	Retry Retry
@@ -82,18 +107,37 @@ type Capability struct {
 	// ToolName overrides the name under which the procedure is listed as a
 	// tool (MCP). Empty means one derived from the procedure.
 	ToolName string
-	// Streaming marks a streaming procedure. Adapters set it from the
-	// method descriptor; it forbids Approval.Required.
+	// Streaming marks a streaming procedure. The engine sets it from the
+	// method descriptor it knows; a net/http route in stream mode sets it
+	// in its registry entry. It forbids Approval.Required.
 	Streaming bool
+	// Exposure lists the surfaces the capability is served on. Empty means
+	// rpc and http; MCP is opt-in. A call on a surface not listed is
+	// answered as if the procedure had no handler.
+	Exposure []Surface
+	// Dedup is the replay window for repeats without a caller
+	// Idempotency-Key: a repeat of the same call (actor, procedure, input)
+	// within the window after completion replays the stored result. Zero,
+	// the default, turns it off; negative is invalid. It needs a result
+	// store.
+	Dedup time.Duration
+}
+
+// Exposed reports whether the capability is served on s.
+func (c Capability) Exposed(s Surface) bool {
+	if len(c.Exposure) == 0 {
+		return s == SurfaceRPC || s == SurfaceHTTP
+	}
+	return slices.Contains(c.Exposure, s)
 }
 
 // Retry configures runtime retries of one capability.
 type Retry struct {
-	// MaxAttempts is the number of runtime re-attempts AFTER the first run:
+	// MaxRetries is the number of runtime re-attempts AFTER the first run:
 	// 1 means at most 2 runs of the handler. (gRPC's maxAttempts counts the
 	// first run; this does not.) Zero, the default, never retries. A
 	// write-like capability may only set it when Idempotent is true.
-	MaxAttempts int
+	MaxRetries int
 	// Backoff is the base of the exponential backoff: Backoff·2^(n−1) is
 	// waited before re-attempt n. Zero means 250ms; negative is invalid.
 	Backoff time.Duration
@@ -112,6 +156,11 @@ type Approval struct {
 	// ExpiresIn is the lifetime of a pending or approved record, counted from
 	// the request. Zero means 15 minutes; negative is invalid.
 	ExpiresIn time.Duration
+	// Quorum is how many distinct approvers must approve before the call
+	// may run: none of them the requester or in its delegation chain, none
+	// in another's chain. One rejection rejects. Zero means 1; negative is
+	// invalid. It is bound into the record, like Type.
+	Quorum int
 }
 
 // Hints are the tool-listing hints (MCP tool annotations) derived from a
@@ -137,7 +186,7 @@ func (c Capability) Hints() Hints {
 // retryAllowed is the retry-safety rule of the design note, checked at build
 // time by validation and again at run time by the engine.
 func (c Capability) retryAllowed() bool {
-	if c.Retry.MaxAttempts <= 0 {
+	if c.Retry.MaxRetries <= 0 {
 		return false
 	}
 	return !c.SideEffect.WriteLike() || c.Idempotent

@@ -41,8 +41,28 @@ const (
 	// CodeCapabilityNotFound: strict mode and an ungoverned procedure.
 	CodeCapabilityNotFound
 	// CodeInvalidArgument: a malformed agentsafe header, or an input a gated
-	// call cannot bind.
+	// or keyed call cannot bind.
 	CodeInvalidArgument
+	// CodeAuditUnavailable: the strict audit sink failed; nothing ran.
+	// Retryable.
+	CodeAuditUnavailable
+	// CodeIdempotencyInFlight: the caller's Idempotency-Key is claimed by a
+	// running execution. Retryable.
+	CodeIdempotencyInFlight
+	// CodeIdempotencyKeyReused: the caller's Idempotency-Key came back with
+	// another input.
+	CodeIdempotencyKeyReused
+	// CodeIdempotencyInDoubt: the key's earlier execution may have run and
+	// was not reconciled.
+	CodeIdempotencyInDoubt
+	// CodeIdempotencyUnavailable: the result store failed; nothing ran.
+	// Retryable.
+	CodeIdempotencyUnavailable
+	// CodePolicyDenied: a policy denied the call.
+	CodePolicyDenied
+	// CodePolicyUnavailable: a policy errored or panicked; nothing ran.
+	// Retryable.
+	CodePolicyUnavailable
 	numCodes
 )
 
@@ -64,6 +84,13 @@ var codeNames = [numCodes]string{
 	CodeApprovalUnavailable:    "APPROVAL_UNAVAILABLE",
 	CodeCapabilityNotFound:     "CAPABILITY_NOT_FOUND",
 	CodeInvalidArgument:        "INVALID_ARGUMENT",
+	CodeAuditUnavailable:       "AUDIT_UNAVAILABLE",
+	CodeIdempotencyInFlight:    "IDEMPOTENCY_IN_FLIGHT",
+	CodeIdempotencyKeyReused:   "IDEMPOTENCY_KEY_REUSED",
+	CodeIdempotencyInDoubt:     "IDEMPOTENCY_IN_DOUBT",
+	CodeIdempotencyUnavailable: "IDEMPOTENCY_UNAVAILABLE",
+	CodePolicyDenied:           "POLICY_DENIED",
+	CodePolicyUnavailable:      "POLICY_UNAVAILABLE",
 }
 
 // String returns the code's wire name, for example "TIMEOUT".
@@ -74,8 +101,8 @@ func (c Code) String() string {
 	return fmt.Sprintf("Code(%d)", uint8(c))
 }
 
-// ParseCode returns the code whose wire name is s.
-func ParseCode(s string) (Code, bool) {
+// parseCode returns the code whose wire name is s.
+func parseCode(s string) (Code, bool) {
 	for c, name := range codeNames {
 		if name == s {
 			return Code(c), true
@@ -84,20 +111,12 @@ func ParseCode(s string) (Code, bool) {
 	return 0, false
 }
 
-// Codes returns every code, CodeOK first, for tables that must cover them all.
-func Codes() []Code {
-	codes := make([]Code, numCodes)
-	for i := range codes {
-		codes[i] = Code(i)
-	}
-	return codes
-}
-
 // retryable reports whether the code is worth another attempt by its nature;
 // for CodeExecutionFailed the classifier decides instead.
 func (c Code) retryable() bool {
 	switch c {
-	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable:
+	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable, CodeAuditUnavailable,
+		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable:
 		return true
 	}
 	return false
@@ -108,7 +127,7 @@ func (c Code) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // UnmarshalText decodes a wire name.
 func (c *Code) UnmarshalText(b []byte) error {
-	v, ok := ParseCode(string(b))
+	v, ok := parseCode(string(b))
 	if !ok {
 		return fmt.Errorf("agentsafe: unknown code %q", b)
 	}

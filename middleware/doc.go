@@ -1,37 +1,53 @@
-// Package middleware is the agentsafe engine: capability metadata and its
-// validation, the execution pipeline, the result envelope and audit events.
-// It knows no framework; the adapters (connectadapter, twirpadapter,
-// nethttpadapter, grpcadapter) translate their framework to an [Engine] and
-// back, so every guarantee lives here once.
+// Package middleware is the agentsafe engine, as applications see it:
+// capability metadata and its validation, the engine that runs governed
+// calls, the result envelope, audit events, and the approvals of the
+// engine's audience. It knows no framework: the adapters (connectadapter,
+// grpcadapter, twirpadapter, nethttpadapter, and the MCP bridge
+// mcpadapter) translate their framework to an [Engine] through the adapter
+// SPI in middleware/adapter, so every guarantee lives here once. The
+// README (https://github.com/agentsafe/agentsafe#readme) tells the whole
+// story.
 //
 // # Using the engine
+//
+// Declare what each procedure does, build one engine at start-up (every
+// problem is reported at once), and hand it to the adapter of your
+// framework:
 //
 //	reg := middleware.NewRegistry().
 //		Register("/orders.v1.OrderService/GetOrder", middleware.Capability{
 //			SideEffect: middleware.SideEffectRead,
-//			Retry:      middleware.Retry{MaxAttempts: 2}, // at most 3 runs
+//			Retry:      middleware.Retry{MaxRetries: 2}, // at most 3 runs
 //		})
 //	eng, err := middleware.New(reg, middleware.WithEventSink(middleware.NewSlogSink(nil)))
-//	// ...
-//	v, env, err := eng.Execute(ctx, middleware.Call{Procedure: proc, Input: in}, attempt)
+//	if err != nil {
+//		log.Fatal(err) // names every invalid procedure and field
+//	}
+//	mux.Handle(ordersv1connect.NewOrderServiceHandler(svc,
+//		connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+//
+// Capabilities may also come from protobuf method options (see package
+// agentsafe.v1 in proto/), which the engine reads from the linked
+// descriptors; a registry entry replaces an option as a whole.
 //
 // # The order things happen in
 //
-// [Engine.Execute] runs stages 2 to 7 of the pipeline; an adapter does
-// stage 1 (resolve the procedure, build the [Call]) and stage 8 (write the
-// [Envelope] to the wire):
+// For each governed call, the adapter resolves the procedure (stage 1) and
+// writes the [Envelope] to the wire (stage 8); the engine runs the rest:
 //
-//  2. Open: execution id, idempotency key, actor ([WithActor]), input digest;
-//     emit capability.requested. A caller that has already left ends the
-//     execution CANCELLED and nothing runs.
-//  3. Approval gate, for capabilities that require one.
+//  2. Open: execution id, idempotency key, the actor ([WithActor]). A
+//     caller that has already left ends the execution CANCELLED. Then the
+//     cheap checks (the approval header, the actor, the cap on abandoned
+//     attempts), binding the input (its I-JSON check and digest, only when
+//     something needs them), and capability.requested.
+//  3. Approval gate, for capabilities (or conditions) that require one.
 //  4. Start: emit capability.started.
-//  5. Attempts: each attempt runs the AttemptFunc on its own goroutine under
-//     the caller's context plus its own timeout. The engine returns when the
-//     handler returns OR the attempt's context ends, whichever is first
-//     ("bounded reporting"); a late result is discarded and reported as
+//  5. Attempts: each attempt runs on its own goroutine under the caller's
+//     context plus its own timeout. The engine returns when the handler
+//     returns OR the attempt's context ends, whichever is first ("bounded
+//     reporting"); a late result is discarded and reported as
 //     capability.abandoned_result. A failed attempt is retried only when
-//     every condition holds: retries remain (Retry.MaxAttempts counts
+//     every condition holds: retries remain (Retry.MaxRetries counts
 //     re-attempts AFTER the first run), the error is retryable, the
 //     capability is none/read or declared Idempotent, Retry.RetryOn does not
 //     veto, and the caller's deadline outlasts the backoff. A write-like
@@ -39,7 +55,7 @@
 //     cancellation is terminal, backoff included.
 //  6. Finalize, exactly once: one envelope, one final event
 //     (capability.completed, .failed or .cancelled).
-//  7. Sinks see the final event.
+//  7. Sinks receive the events through queues of their own ([WithEventSink]).
 //
 // Handlers learn their execution id, idempotency key, attempt number, actor
 // and approval through [ExecutionFromContext]. The idempotency key is stable
@@ -49,12 +65,19 @@
 // # Errors
 //
 // Every outcome has a [Code]. A plain Go error from a handler is concealed
-// behind [ConcealedMessage] (its text goes to events, through
+// behind "the operation failed" (its text goes to events, through
 // [WithRedactor]); an *[Error] the handler returns on purpose keeps its
-// message. [Retryable] marks an error as transient for the default
-// [Classifier]. On the wire, an envelope's Retryable means "safe for the
-// caller to re-invoke", which a runtime-retryable TIMEOUT of a
+// message, and a framework's own error (a *connect.Error, a gRPC status, a
+// twirp.Error, a net/http 5xx) reaches the caller unchanged. [Retryable]
+// marks an error as transient for the default classifier
+// ([WithClassifier]). On the wire, an envelope's Retryable means "safe for
+// the caller to re-invoke", which a runtime-retryable TIMEOUT of a
 // non-idempotent write is not.
+//
+// # Testing
+//
+// Package agentsafetest records the audit trail (Recorder, WaitFinal) and
+// runs engines inside testing/synctest bubbles (Test).
 //
 // # Tracing
 //

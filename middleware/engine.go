@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,7 +19,12 @@ import (
 type Engine struct {
 	cfg   config
 	caps  map[string]*capability
-	sinks []*guardedSink
+	sinks []*sinkQueue
+	audit *sinkQueue // also in sinks
+	// traceSink is the tracer, when it also receives events (see Tracer).
+	traceSink EventSink
+	// observed: someone receives events, so they are built at all.
+	observed bool
 	// undeclared names procedures whose linked descriptor carries the
 	// capability option although the engine was built from other files:
 	// they fail closed instead of running ungoverned.
@@ -41,6 +48,8 @@ type capability struct {
 	// abandoned counts attempts left behind at their deadline that have not
 	// returned yet.
 	abandoned atomic.Int64
+	// route is what adapters resolve the procedure to.
+	route *route
 }
 
 // New validates every capability of reg (which may be nil) and of the
@@ -69,17 +78,76 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, cfg.storeProblems(merged)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	cfg.warn(merged)
 	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged)), undeclared: undeclared}
 	for proc, c := range merged {
 		e.caps[proc] = e.resolve(proc, c)
 	}
-	for _, s := range cfg.sinks {
-		e.sinks = append(e.sinks, &guardedSink{sink: s, bound: cfg.sinkTimeout})
+	sinks := cfg.sinks
+	if cfg.audit != nil {
+		sinks = append(sinks, *cfg.audit)
+	}
+	e.traceSink, _ = cfg.tracer.(EventSink)
+	e.observed = len(sinks) > 0 || e.traceSink != nil
+	for _, sc := range sinks {
+		q := newSinkQueue(sc.name, sc.call, sc.timeout, sc.queue, cfg.logger)
+		e.sinks = append(e.sinks, q)
+		if sc.audit {
+			e.audit = q
+		}
 	}
 	return e, nil
+}
+
+// storeProblems reports what needs an approval store on an engine without
+// one: it would fail every such call at run time.
+func (c *config) storeProblems(caps map[string]Capability) []error {
+	if c.store != nil {
+		return nil
+	}
+	var errs []error
+	if c.condition != nil {
+		errs = append(errs, errors.New("agentsafe: WithApprovalCondition needs an approval store: add WithApprovalStore (approvalstore.NewMemory for one process, approvalstore.NewRedis for many)"))
+	}
+	for _, proc := range slices.Sorted(maps.Keys(caps)) {
+		if caps[proc].Approval.Required {
+			errs = append(errs, &FieldError{proc, "engine", "Approval.Required", "needs an approval store, and the engine has none: add WithApprovalStore (approvalstore.NewMemory for one process, approvalstore.NewRedis for many)"})
+		}
+	}
+	return errs
+}
+
+// warn logs, once each, the configurations that are legal but risky.
+func (c *config) warn(caps map[string]Capability) {
+	if c.filesSet && c.files == nil {
+		for proc := range caps {
+			if rpcName.MatchString(proc) {
+				c.logger.Warn("agentsafe: WithProtoFiles(nil): registry names of RPC procedures are not checked against any descriptor, so a misspelt one leaves its method ungoverned", "first", proc)
+				break
+			}
+		}
+	}
+	gated := c.condition != nil
+	var unaudited []string
+	for _, proc := range slices.Sorted(maps.Keys(caps)) {
+		gated = gated || caps[proc].Approval.Required
+		if caps[proc].SideEffect.WriteLike() && len(c.sinks) == 0 && c.audit == nil {
+			unaudited = append(unaudited, proc)
+		}
+	}
+	if l, ok := c.store.(interface{ ProcessLocal() bool }); gated && ok && l.ProcessLocal() {
+		c.logger.Warn("agentsafe: approvals are kept in this process only (the memory store): a restart loses them and other instances never see them; use approvalstore.NewRedis to share them")
+	}
+	if len(unaudited) > 0 {
+		c.logger.Warn("agentsafe: write-like capabilities have no event sink, so their executions leave no audit trail (WithEventSink)", "count", len(unaudited), "first", unaudited[0])
+	}
+	if (len(c.sinks) > 0 || c.audit != nil || c.tracer != nil) && len(c.digestKey) == 0 {
+		c.logger.Warn("agentsafe: events carry the plain input digest, which can be guessed back for small inputs; set a deployment key with WithDigestKey")
+	}
 }
 
 func (e *Engine) resolve(proc string, c Capability) *capability {
@@ -94,17 +162,8 @@ func (e *Engine) resolve(proc string, c Capability) *capability {
 		rc.expiresIn = e.cfg.defaultExpiry
 	}
 	rc.lease = e.lease(rc)
+	rc.route = &route{e: e, proc: proc, cap: rc, governed: true}
 	return rc
-}
-
-// Lookup returns the capability governing procedure with its defaults
-// resolved (Timeout, Retry.Backoff and Approval.ExpiresIn filled in).
-func (e *Engine) Lookup(procedure string) (Capability, bool) {
-	c, ok := e.caps[procedure]
-	if !ok {
-		return Capability{}, false
-	}
-	return c.resolved(), true
 }
 
 func (c *capability) resolved() Capability {
@@ -113,12 +172,11 @@ func (c *capability) resolved() Capability {
 	return out
 }
 
-// Governs reports whether a call to procedure ends in an envelope: it has a
+// governs reports whether a call to procedure ends in an envelope: it has a
 // capability, its linked descriptor declares one the engine was not built
 // with (such a call fails closed), or the engine is strict and the
 // procedure is not exempt.
-// Adapters pass other calls straight to the handler.
-func (e *Engine) Governs(procedure string) bool {
+func (e *Engine) governs(procedure string) bool {
 	if _, ok := e.caps[procedure]; ok || e.undeclared[procedure] {
 		return true
 	}

@@ -22,8 +22,8 @@ func (s Status) String() string {
 	return "unknown"
 }
 
-// ParseStatus returns the status whose wire name is s.
-func ParseStatus(s string) (Status, bool) {
+// parseStatus returns the status whose wire name is s.
+func parseStatus(s string) (Status, bool) {
 	for i, name := range statusNames {
 		if i > 0 && name == s {
 			return Status(i), true
@@ -44,6 +44,15 @@ type Envelope struct {
 	Attempts   int
 	Duration   time.Duration
 	ApprovalID string
+	// ApprovalURL and ExpiresAt tell the caller of an APPROVAL_REQUIRED or
+	// APPROVAL_PENDING call where a person can decide the approval, and
+	// until when (see WithApprovalURL); empty when unknown.
+	ApprovalURL string
+	ExpiresAt   time.Time
+	// Replayed marks the stored result of an earlier execution (whose id
+	// ExecutionID is), replayed for a repeat with the same Idempotency-Key
+	// or within a dedup window: nothing ran.
+	Replayed bool
 }
 
 // EnvelopeError is the part of a failure the caller may see.
@@ -57,11 +66,11 @@ type EnvelopeError struct {
 	Retryable bool
 }
 
-// StatusOf returns the envelope status of an execution that ended with c:
+// Status returns the envelope status of an execution that ended with c:
 // completed for CodeOK, cancelled for TIMEOUT and CANCELLED,
 // approval_required for APPROVAL_REQUIRED, failed for the rest. Client
 // helpers use it to rebuild an envelope from the code on the wire.
-func StatusOf(c Code) Status {
+func (c Code) Status() Status {
 	switch c {
 	case CodeOK:
 		return StatusCompleted

@@ -3,16 +3,18 @@ package middleware
 import (
 	"errors"
 	"fmt"
+
+	"github.com/agentsafe/agentsafe/internal/seam"
 )
 
-// ConcealedMessage replaces the message of every error the handler did not
+// concealedMessage replaces the message of every error the handler did not
 // declare on purpose, so internals never reach the caller.
-const ConcealedMessage = "the operation failed"
+const concealedMessage = seam.ConcealedMessage
 
 // Error is how an execution failed. Handlers may return one to declare a
 // business error whose message the caller may see (for example an
 // ALREADY_REFUNDED refusal, with Code CodeExecutionFailed); every other error
-// is concealed behind [ConcealedMessage] and its text goes to events only.
+// is concealed behind "the operation failed" and its text goes to events only.
 type Error struct {
 	Code    Code
 	Message string
@@ -20,8 +22,12 @@ type Error struct {
 	// wire the engine narrows it to "safe for the caller to re-invoke".
 	Retryable bool
 	// Cause is the underlying error, for errors.Is/As and events. It never
-	// reaches the wire.
+	// reaches the wire, except as a framework's own error (see own).
 	Cause error
+	// own marks the error of an execution that failed with a framework's
+	// own error (a *connect.Error, a gRPC status, a twirp.Error, a net/http
+	// 5xx): Cause passes to the wire unchanged.
+	own bool
 }
 
 // NewError returns an error with code and message.
@@ -68,10 +74,6 @@ func Retryable(err error) error {
 	}
 	return retryableError{err}
 }
-
-// Classifier decides whether a handler's error is transient. It sees the
-// error exactly as the attempt returned it.
-type Classifier func(error) bool
 
 // DefaultClassifier treats as transient: errors marked with [Retryable], an
 // *Error whose Retryable is set, and anything with a `Temporary() bool`

@@ -9,29 +9,41 @@ import (
 type EventType string
 
 // The event types. Every execution emits EventRequested first and exactly one
-// of EventCompleted, EventFailed or EventCancelled last.
+// of EventCompleted, EventFailed or EventCancelled as its final event (an
+// EventAbandonedResult may follow it, when an attempt left running returns).
+// EventApproved and EventRejected are not part of an execution's run: they
+// are emitted by [Engine.Decide] and carry the ExecutionID of the execution
+// that requested the approval.
 const (
 	EventRequested         EventType = "capability.requested"
 	EventApprovalRequested EventType = "capability.approval_requested"
-	EventApproved          EventType = "capability.approved"
-	EventRejected          EventType = "capability.rejected"
-	EventApprovalConsumed  EventType = "capability.approval_consumed"
-	EventApprovalDenied    EventType = "capability.approval_denied"
-	EventStarted           EventType = "capability.started"
-	EventRetried           EventType = "capability.retried"
+	// EventApprovalVote is one approver's vote on a record that needs a
+	// quorum of several; EventApproved follows once, at the last vote
+	// needed.
+	EventApprovalVote     EventType = "capability.approval_vote"
+	EventApproved         EventType = "capability.approved"
+	EventRejected         EventType = "capability.rejected"
+	EventApprovalConsumed EventType = "capability.approval_consumed"
+	EventApprovalDenied   EventType = "capability.approval_denied"
+	EventStarted          EventType = "capability.started"
+	EventRetried          EventType = "capability.retried"
 	// EventAbandonedResult reports that an attempt abandoned at its deadline
 	// returned after all, and whether it succeeded: an effect may have landed
 	// after the caller was told TIMEOUT. An attempt that returns its
 	// context's error stopped because it was told to and is not reported.
 	EventAbandonedResult EventType = "capability.abandoned_result"
-	EventCompleted       EventType = "capability.completed"
-	EventFailed          EventType = "capability.failed"
-	EventCancelled       EventType = "capability.cancelled"
+	// EventReplayed is the final event of an execution answered with a
+	// stored result (its ReplayOf names the execution that produced it):
+	// nothing ran.
+	EventReplayed  EventType = "capability.replayed"
+	EventCompleted EventType = "capability.completed"
+	EventFailed    EventType = "capability.failed"
+	EventCancelled EventType = "capability.cancelled"
 )
 
 // Final reports whether t ends an execution.
 func (t EventType) Final() bool {
-	return t == EventCompleted || t == EventFailed || t == EventCancelled
+	return t == EventCompleted || t == EventFailed || t == EventCancelled || t == EventReplayed
 }
 
 // Event is one audit record. It never carries a request or response payload:
@@ -69,6 +81,9 @@ type Event struct {
 	Error string
 	// Stack is the handler's stack when it panicked.
 	Stack string
+	// ReplayOf, on capability.replayed, is the execution whose stored
+	// result was replayed.
+	ReplayOf string
 }
 
 // ActorRef identifies an actor on events without its delegation chain.
@@ -77,11 +92,13 @@ type ActorRef struct {
 	Tenant string
 }
 
-// EventSink receives events. The engine calls it synchronously, in order
-// within one execution, and concurrently across executions; a sink that
-// panics, or that has not returned within the engine's bound, never breaks or
-// stalls the execution (see [WithSinkTimeout]). Slow sinks belong behind
-// [NewAsyncSink].
+// EventSink receives events. Each sink gets them through a bounded queue
+// and a worker of its own ([WithEventSink]): in order within one
+// execution, and never at the cost of the execution or of another sink. A
+// sink that panics, or whose call overruns its bound ([SinkTimeout]),
+// loses events, which are counted ([Engine.Stats]); it never breaks or
+// stalls an execution. [NewSlogSink] logs them; package agentsafeotel
+// traces them.
 type EventSink interface {
 	HandleEvent(ctx context.Context, e Event)
 }

@@ -11,7 +11,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 func TestEventSequences(t *testing.T) {
@@ -30,16 +32,16 @@ func TestEventSequences(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		cancelAt time.Duration
-		fn       func(n int32) middleware.AttemptFunc
+		fn       func(n int32) func(context.Context) (any, error)
 		want     []middleware.EventType
 		retried  []step
 		final    middleware.Code
 		attempts int
 	}{
-		{name: "success", fn: func(int32) middleware.AttemptFunc {
+		{name: "success", fn: func(int32) func(context.Context) (any, error) {
 			return func(context.Context) (any, error) { return nil, nil }
 		}, want: []middleware.EventType{req, st, done}, attempts: 1},
-		{name: "retry then success", fn: func(n int32) middleware.AttemptFunc {
+		{name: "retry then success", fn: func(n int32) func(context.Context) (any, error) {
 			return func(ctx context.Context) (any, error) {
 				if n < 3 {
 					return nil, errTransient
@@ -47,18 +49,18 @@ func TestEventSequences(t *testing.T) {
 				return nil, nil
 			}
 		}, want: []middleware.EventType{req, st, re, re, done}, retried: []step{{2, middleware.CodeExecutionFailed}, {3, middleware.CodeExecutionFailed}}, attempts: 3},
-		{name: "failure", fn: func(int32) middleware.AttemptFunc {
+		{name: "failure", fn: func(int32) func(context.Context) (any, error) {
 			return func(context.Context) (any, error) { return nil, errors.New("permanent") }
 		}, want: []middleware.EventType{req, st, fail}, final: middleware.CodeExecutionFailed, attempts: 1},
-		{name: "timeout then timeout", fn: func(int32) middleware.AttemptFunc {
+		{name: "timeout then timeout", fn: func(int32) func(context.Context) (any, error) {
 			return func(ctx context.Context) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
 		}, want: []middleware.EventType{req, st, re, re, re, canc}, retried: []step{{2, middleware.CodeTimeout}, {3, middleware.CodeTimeout}, {4, middleware.CodeTimeout}}, final: middleware.CodeTimeout, attempts: 4},
-		{name: "cancellation", cancelAt: 50 * time.Millisecond, fn: func(int32) middleware.AttemptFunc {
+		{name: "cancellation", cancelAt: 50 * time.Millisecond, fn: func(int32) func(context.Context) (any, error) {
 			return func(ctx context.Context) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
 		}, want: []middleware.EventType{req, st, canc}, final: middleware.CodeCancelled, attempts: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
 				f := newFixture(t, procRead, read(3, 100*time.Millisecond))
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -102,67 +104,78 @@ func TestEventSequences(t *testing.T) {
 }
 
 func TestFailingSinksNeverBreakOrStallAnExecution(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		block := make(chan struct{})
 		var blockedCalls atomic.Int32
-		rec := &middleware.EventRecorder{}
-		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, read(0, time.Second)),
+		rec := &agentsafetest.Recorder{}
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, read(0, time.Second)), middleware.WithProtoFiles(nil),
 			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { panic("sink bug") })),
-			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { blockedCalls.Add(1); <-block })),
+			middleware.WithEventSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { blockedCalls.Add(1); <-block }),
+				middleware.SinkTimeout(10*time.Millisecond)),
 			middleware.WithEventSink(rec),
-			middleware.WithSinkTimeout(10*time.Millisecond),
+			middleware.WithLogger(discard),
 		)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		v, env, err := eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) (any, error) { return "ok", nil })
+		v, env, err := execute(eng, t.Context(), call{Procedure: procRead}, func(context.Context) (any, error) { return "ok", nil })
 		if err != nil || v != "ok" {
 			t.Fatalf("execution broke with failing sinks: %v", err)
 		}
-		// One bounded wait for the first stuck call; later events skip the stuck sink.
-		if took := time.Since(start); took != 10*time.Millisecond {
-			t.Errorf("execution took %s with a blocking sink, want the one 10ms bound", took)
+		if took := time.Since(start); took != 0 {
+			t.Errorf("execution took %s with a blocking sink: delivery must cost it nothing", took)
 		}
+		if evs, _ := rec.WaitFinal(t.Context(), env.ExecutionID); len(evs) != 3 {
+			t.Errorf("healthy sink got %d events, want 3", len(evs))
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
 		if blockedCalls.Load() != 1 {
-			t.Errorf("a stuck sink was called %d times; it should be skipped while stuck", blockedCalls.Load())
+			t.Errorf("the stuck sink was called %d times; the stalled execution's later events are dropped", blockedCalls.Load())
 		}
-		if len(rec.Execution(env.ExecutionID)) != 3 {
-			t.Errorf("healthy sink got %d events, want 3", len(rec.Execution(env.ExecutionID)))
+		if st := eng.Stats().Sinks[1]; st.Dropped != 2 {
+			t.Errorf("stats of the stuck sink %+v: its stalled execution's 2 later events must be counted as dropped", st)
 		}
 		close(block)
+		// A fresh worker took the stuck sink's queue: the next execution's
+		// events all reach it.
+		_, env, _ = execute(eng, t.Context(), call{Procedure: procRead}, func(context.Context) (any, error) { return nil, nil })
+		rec.WaitFinal(t.Context(), env.ExecutionID)
+		time.Sleep(time.Second)
 		synctest.Wait()
-		// Unstuck, the sink receives events again.
-		eng.Execute(t.Context(), middleware.Call{Procedure: procRead}, func(context.Context) (any, error) { return nil, nil })
 		if blockedCalls.Load() != 4 {
-			t.Errorf("recovered sink was called %d times in all, want 1+3", blockedCalls.Load())
+			t.Errorf("the recovered sink was called %d times in all, want 1+3", blockedCalls.Load())
 		}
 	})
 }
 
 func TestSlogSinkLogsIdsNotPayloads(t *testing.T) {
-	var buf bytes.Buffer
-	eng, err := middleware.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite}),
-		middleware.WithEventSink(middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, env, _ := eng.Execute(t.Context(), middleware.Call{Procedure: procWrite, Input: middleware.JSONInput([]byte(`{"card":"4111-1111"}`))},
-		func(context.Context) (any, error) { return nil, errors.New("boom") })
-	out := buf.String()
-	for _, want := range []string{`"msg":"capability.requested"`, `"msg":"capability.failed"`, `"level":"WARN"`, env.ExecutionID, `"input_digest":"sha256:`, `"code":"EXECUTION_FAILED"`, `"error":"boom"`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("slog output lacks %s:\n%s", want, out)
+	inBubble(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		eng, err := middleware.New(middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite}), middleware.WithProtoFiles(nil),
+			middleware.WithEventSink(middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if strings.Contains(out, "4111") {
-		t.Errorf("a payload reached the log:\n%s", out)
-	}
+		_, env, _ := execute(eng, t.Context(), call{Procedure: procWrite, Input: adapter.JSONInput([]byte(`{"card":"4111-1111"}`))},
+			func(context.Context) (any, error) { return nil, errors.New("boom") })
+		synctest.Wait() // the sink's worker has logged what was queued
+		out := buf.String()
+		for _, want := range []string{`"msg":"capability.requested"`, `"msg":"capability.failed"`, `"level":"WARN"`, env.ExecutionID, `"input_digest":"sha256:`, `"code":"EXECUTION_FAILED"`, `"error":"boom"`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("slog output lacks %s:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "4111") {
+			t.Errorf("a payload reached the log:\n%s", out)
+		}
+	})
 }
 
 func TestDigestKeyHidesTheInputDigestOnEvents(t *testing.T) {
-	in := middleware.JSONInput([]byte(`{"amount":5}`))
-	plain, err := middleware.Digest(procRead, in)
+	in := adapter.JSONInput([]byte(`{"amount":5}`))
+	plain, err := in.Digest(procRead)
 	if err != nil || !strings.HasPrefix(plain, "sha256:") {
 		t.Fatalf("Digest = %q, %v", plain, err)
 	}
@@ -177,47 +190,13 @@ func TestDigestKeyHidesTheInputDigestOnEvents(t *testing.T) {
 		}},
 	} {
 		f := newFixture(t, procRead, read(0, time.Second), tc.opts...)
-		_, env, _ := f.eng.Execute(t.Context(), middleware.Call{Procedure: procRead, Input: in}, func(context.Context) (any, error) { return nil, nil })
+		_, env, _ := execute(f.eng, t.Context(), call{Procedure: procRead, Input: in}, func(context.Context) (any, error) { return nil, nil })
 		for _, e := range f.rec.Execution(env.ExecutionID) {
 			if !tc.want(e.InputDigest) {
 				t.Errorf("%s: event %s digest %q", tc.name, e.Type, e.InputDigest)
 			}
 		}
 	}
-}
-
-func TestAsyncSinkDeliversInOrderAndDropsWhenFull(t *testing.T) {
-	rec := &middleware.EventRecorder{}
-	a := middleware.NewAsyncSink(rec, 1000)
-	for i := range 100 {
-		a.HandleEvent(t.Context(), middleware.Event{Attempt: i})
-	}
-	a.Close()
-	a.Close() // idempotent
-	evs := rec.Events()
-	if len(evs) != 100 {
-		t.Fatalf("delivered %d events, want 100", len(evs))
-	}
-	for i, e := range evs {
-		if e.Attempt != i {
-			t.Fatalf("event %d delivered out of order", i)
-		}
-	}
-	a.HandleEvent(t.Context(), middleware.Event{})
-	if a.Dropped() != 1 {
-		t.Errorf("an event after Close was not counted as dropped: %d", a.Dropped())
-	}
-
-	block := make(chan struct{})
-	slow := middleware.NewAsyncSink(middleware.EventSinkFunc(func(context.Context, middleware.Event) { <-block }), 1)
-	for range 5 {
-		slow.HandleEvent(t.Context(), middleware.Event{})
-	}
-	if slow.Dropped() < 3 {
-		t.Errorf("a full queue dropped %d of 5, want at least 3", slow.Dropped())
-	}
-	close(block)
-	slow.Close()
 }
 
 func TestActorFunction(t *testing.T) {

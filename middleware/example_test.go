@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
@@ -15,9 +16,11 @@ func Example() {
 	reg := middleware.NewRegistry().Register("/orders.v1.OrderService/GetOrder", middleware.Capability{
 		SideEffect: middleware.SideEffectRead,
 		Timeout:    time.Second,
-		Retry:      middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond},
+		Retry:      middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond},
 	})
-	eng, err := middleware.New(reg)
+	// The service's generated code is not linked into this example, so the
+	// engine is told to know no descriptors.
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		panic(err)
 	}
@@ -32,7 +35,7 @@ func Example() {
 		return "order 42: shipped", nil
 	}
 
-	v, env, err := eng.Execute(context.Background(), middleware.Call{Procedure: "/orders.v1.OrderService/GetOrder"}, getOrder)
+	v, env, err := execute(eng, context.Background(), call{Procedure: "/orders.v1.OrderService/GetOrder"}, getOrder)
 	fmt.Println(v, err)
 	fmt.Println(env.Status, "after", env.Attempts, "attempts")
 	fmt.Println("same idempotency key on both attempts:", keys[0] == keys[1])
@@ -47,11 +50,11 @@ func Example() {
 func ExampleNew_validation() {
 	reg := middleware.NewRegistry().Register("/payments.v1.Payments/Charge", middleware.Capability{
 		SideEffect: middleware.SideEffectExternal,
-		Retry:      middleware.Retry{MaxAttempts: 3},
+		Retry:      middleware.Retry{MaxRetries: 3},
 	})
-	_, err := middleware.New(reg)
+	_, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	fmt.Println(err)
 	// Output:
 	// agentsafe: 1 invalid capability metadata problem(s):
-	// 	/payments.v1.Payments/Charge (registry): Retry.MaxAttempts: side effect external is write-like: it may only be retried when declared Idempotent (got MaxAttempts 3 without Idempotent)
+	// 	/payments.v1.Payments/Charge (registry): Retry.MaxRetries: side effect external is write-like: it may only be retried when declared Idempotent (got MaxRetries 3 without Idempotent)
 }

@@ -2,40 +2,14 @@ package middleware
 
 import (
 	"context"
-	"time"
+
+	"github.com/agentsafe/agentsafe/middleware/store"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
 )
 
-// Actor is who a call is for. It comes only from verified credentials,
-// through the function given with [WithActor], never from a request body.
-type Actor struct {
-	ID     string
-	Tenant string
-	// Kind says what the actor is, for example "agent", "user" or "service".
-	Kind string
-	// OnBehalfOf is the delegation chain, nearest first: the ids of those the
-	// actor acts for. None of them may approve the actor's requests.
-	OnBehalfOf []string
-}
-
-// Ref returns the actor's id and tenant, as events carry them.
-func (a Actor) Ref() ActorRef { return ActorRef{ID: a.ID, Tenant: a.Tenant} }
-
-// ActorFunc returns the actor of a call from its context, where the
-// application's authentication put it. An error fails the call closed with
-// CodeUnauthenticated.
-type ActorFunc func(ctx context.Context) (Actor, error)
-
-// ApprovalInfo is the approval an execution consumed, as handlers see it.
-type ApprovalInfo struct {
-	ID       string
-	Type     string
-	Approver Actor
-	Comment  string
-	// DecidedAt is when the approver decided.
-	DecidedAt time.Time
-}
+// ref returns an actor's id and tenant, as events carry them.
+func ref(a Actor) ActorRef { return ActorRef{ID: a.ID, Tenant: a.Tenant} }
 
 // Execution is what a handler may know about the execution it runs in.
 type Execution struct {
@@ -49,7 +23,7 @@ type Execution struct {
 	Procedure string
 	Actor     Actor
 	// Approval is the approval this execution consumed, or nil.
-	Approval *ApprovalInfo
+	Approval *store.ConsumedApproval
 }
 
 // SubKey returns a stable idempotency key for one labelled downstream call
@@ -74,7 +48,7 @@ func ExecutionFromContext(ctx context.Context) (Execution, bool) {
 		ID:             x.id,
 		IdempotencyKey: x.idempotencyKey,
 		Attempt:        a.n,
-		Procedure:      x.call.Procedure,
+		Procedure:      x.proc,
 		Actor:          x.actor,
 		Approval:       x.approval,
 	}, true
@@ -83,12 +57,4 @@ func ExecutionFromContext(ctx context.Context) (Execution, bool) {
 const (
 	executionIDPrefix    = "exe_"
 	idempotencyKeyPrefix = "idk_"
-	approvalIDPrefix     = "apr_"
 )
-
-// ValidApprovalID reports whether s has the form of an approval id: "apr_"
-// and 32 lowercase hex digits.
-func ValidApprovalID(s string) bool { return ids.Valid(approvalIDPrefix, s) }
-
-// NewApprovalID returns a fresh approval id for stores.
-func NewApprovalID() string { return ids.New(approvalIDPrefix) }

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentsafe/agentsafe/internal/digest"
 	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // ApprovalQuery is what an approval condition (see [WithApprovalCondition])
@@ -15,8 +18,18 @@ type ApprovalQuery struct {
 	Procedure  string
 	Capability Capability
 	Actor      Actor
-	// Input is the call's input; Input.JSON() shows it as JSON.
-	Input Input
+	input      seam.Input
+}
+
+// Input returns the call's input as JSON: a JSON body, or the pinned
+// protojson rendering of a protobuf message; nil for an input that is not
+// JSON, or a call without one. It has passed the I-JSON check the input
+// digest applies, so it means one thing to every reader.
+func (q ApprovalQuery) Input() ([]byte, error) {
+	if q.input == nil {
+		return nil, nil
+	}
+	return q.input.JSON()
 }
 
 // storeTimeout bounds the store calls the engine makes outside a caller's
@@ -27,38 +40,24 @@ const storeTimeout = 5 * time.Second
 // consumes an approval, before the record may be reported in_doubt.
 const leaseGrace = time.Minute
 
-// gate is stage 3, the approval gate. Calls that need no approval pass; a
-// gated call without an approval id requests one and runs nothing; a gated
-// call with one consumes it atomically before any attempt.
-func (x *execution) gate() *Error {
-	required, reason, err := x.approvalRequired()
-	if err != nil {
-		return err
-	}
-	if !required {
-		return nil
-	}
-	store := x.e.cfg.store
-	if store == nil {
+// gate is stage 3, the approval gate, for a call that needs an approval
+// (for reason): without an approval id it requests one and runs nothing;
+// with one it consumes it atomically before any attempt.
+func (x *execution) gate(reason string) *Error {
+	approvals := x.e.cfg.store
+	if approvals == nil { // New refuses this; never trust that it ran
 		return &Error{Code: CodeApprovalUnavailable, Message: "approval required, but this engine has no approval store (WithApprovalStore)", Retryable: true}
 	}
 	if x.actor.ID == "" {
 		return &Error{Code: CodeUnauthenticated, Message: "approval required, and the caller has no authenticated identity"}
 	}
-	if x.call.Input == nil {
+	if x.digest == "" { // bind computed it for every input that binds
 		return &Error{Code: CodeInvalidArgument, Message: "approval required, and the call has no input to bind the approval to"}
 	}
-	if x.digest == "" { // not yet computed for events
-		digest, err := x.call.Input.digest(x.call.Procedure)
-		if err != nil {
-			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
-		}
-		x.digest, x.eventDigest = digest, x.e.keyedDigest(digest)
-	}
 	if x.call.ApprovalID == "" {
-		return x.requestApproval(store, reason)
+		return x.requestApproval(approvals, reason)
 	}
-	return x.consumeApproval(store)
+	return x.consumeApproval(approvals)
 }
 
 // approvalRequired asks the capability, then the application's condition.
@@ -71,31 +70,32 @@ func (x *execution) approvalRequired() (bool, string, *Error) {
 	if cond == nil {
 		return false, "", nil
 	}
-	required, reason, err := cond(x.ctx, ApprovalQuery{Procedure: x.call.Procedure, Capability: x.cap.resolved(), Actor: x.actor, Input: x.call.Input})
+	required, reason, err := cond(x.ctx, ApprovalQuery{Procedure: x.proc, Capability: x.cap.resolved(), Actor: x.actor, input: x.call.Input})
 	if err != nil {
 		return false, "", &Error{Code: CodeApprovalUnavailable, Message: "could not decide whether the call needs approval", Retryable: true, Cause: err}
 	}
 	return required, reason, nil
 }
 
-func (x *execution) requestApproval(store ApprovalStore, reason string) *Error {
+func (x *execution) requestApproval(approvals store.ApprovalStore, reason string) *Error {
 	view, err := x.approvalView()
 	if err != nil {
 		return &Error{Code: CodeApprovalUnavailable, Message: "could not render the input for approvers", Retryable: true, Cause: err}
 	}
 	c := x.cap
-	rec, err := store.Create(x.ctx, ApprovalRequest{
-		ID:          NewApprovalID(),
+	rec, err := approvals.Create(x.ctx, store.ApprovalRequest{
+		ID:          store.NewApprovalID(),
 		Audience:    x.e.cfg.audience,
-		Procedure:   x.call.Procedure,
+		Procedure:   x.proc,
 		Type:        c.Approval.Type,
+		Quorum:      c.Approval.Quorum,
 		Requester:   x.actor,
 		RequestedBy: x.id,
 		Digest:      x.digest,
 		View:        view,
 		Reasons:     []string{reason},
-		SideEffect:  c.SideEffect,
-		Risk:        c.Risk,
+		SideEffect:  c.SideEffect.String(),
+		Risk:        c.Risk.String(),
 		ExpiresIn:   c.expiresIn,
 	})
 	if err != nil {
@@ -103,11 +103,11 @@ func (x *execution) requestApproval(store ApprovalStore, reason string) *Error {
 	}
 	x.approvalID = rec.ID
 	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: reason})
-	msg := fmt.Sprintf("%s needs an approval", x.call.Procedure)
+	msg := fmt.Sprintf("%s needs an approval", x.proc)
 	if c.Approval.Type != "" {
-		msg = fmt.Sprintf("%s needs an approval by a %s", x.call.Procedure, c.Approval.Type)
+		msg = fmt.Sprintf("%s needs an approval by a %s", x.proc, c.Approval.Type)
 	}
-	return &Error{Code: CodeApprovalRequired, Message: msg + "; once approved, call again with the same input and header " + HeaderApprovalID + ": " + rec.ID}
+	return &Error{Code: CodeApprovalRequired, Message: msg + "; once approved, call again with the same input and header " + seam.HeaderApprovalID + ": " + rec.ID}
 }
 
 func (x *execution) approvalView() (string, error) {
@@ -119,21 +119,23 @@ func (x *execution) approvalView() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return view(x.ctx, x.call.Procedure, in)
+	return view(x.ctx, x.proc, in)
 }
 
-func (x *execution) consumeApproval(store ApprovalStore) *Error {
+func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 	id := x.call.ApprovalID
 	x.approvalID = id
-	rec, err := store.Consume(x.ctx, id, ConsumeRequest{
+	req := store.ConsumeRequest{
 		Audience:    x.e.cfg.audience,
-		Procedure:   x.call.Procedure,
+		Procedure:   x.proc,
 		Type:        x.cap.Approval.Type,
+		Quorum:      x.cap.Approval.Quorum,
 		Actor:       x.actor,
 		Digest:      x.digest,
 		ExecutionID: x.id,
 		Lease:       x.cap.lease,
-	})
+	}
+	got, err := x.consume(approvals, id, req)
 	if err != nil {
 		e := x.storeError(err)
 		x.emit(Event{Type: EventApprovalDenied, ApprovalID: id, Code: e.Code, Reason: e.Message})
@@ -142,10 +144,62 @@ func (x *execution) consumeApproval(store ApprovalStore) *Error {
 	x.consumed = true
 	// Derived from the approval, so that if the same approval could ever run
 	// twice (a Redis failover), the downstream still sees one key.
-	x.idempotencyKey = ids.Derive(idempotencyKeyPrefix, rec.ID)
-	x.approval = &ApprovalInfo{ID: rec.ID, Type: rec.Type, Approver: rec.Approver, Comment: rec.Comment, DecidedAt: rec.DecidedAt}
-	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: rec.Approver.Ref(), Comment: rec.Comment})
+	x.idempotencyKey = ids.Derive(idempotencyKeyPrefix, id)
+	x.approval = &got
+	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: ref(got.Approver), Comment: got.Comment})
 	return nil
+}
+
+// consumeRetries are the waits before the engine re-issues a Consume whose
+// reply was lost or whose store failed mid-call: at most three tries.
+var consumeRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millisecond}
+
+// consume calls the store's Consume, re-issuing it for the same execution
+// (Consume is idempotent per execution) when the store failed rather than
+// decided, within the caller's deadline. If every try failed, the approval
+// may have been consumed by a try whose reply was lost: it is released in
+// the background, which is a no-op unless this execution consumed it, so a
+// lost reply never spends an approval.
+func (x *execution) consume(approvals store.ApprovalStore, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
+	for try := 0; ; try++ {
+		got, err := approvals.Consume(x.ctx, id, req)
+		if err == nil || approvalCode(err) != CodeApprovalUnavailable || x.ctx.Err() != nil {
+			return got, err
+		}
+		if try == len(consumeRetries) || !x.sleepWithin(consumeRetries[try]) {
+			x.e.release(x.ctx, id, x.id)
+			return got, err
+		}
+	}
+}
+
+// sleepWithin waits d unless the caller leaves first or its deadline would
+// pass; it reports whether it waited.
+func (x *execution) sleepWithin(d time.Duration) bool {
+	if deadline, ok := x.ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-x.ctx.Done():
+		return false
+	}
+}
+
+// release gives an approval back when the engine knows nothing ran on its
+// consumption. It runs in the background, outside the caller's context,
+// bounded; a failure leaves the record to read in_doubt after its lease:
+// visible, not silent.
+func (e *Engine) release(ctx context.Context, id, executionID string) {
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		_ = e.cfg.store.Release(ctx, id, executionID)
+	}()
 }
 
 // approvalMessages says what each refusal means to the caller.
@@ -164,7 +218,7 @@ var approvalMessages = map[Code]string{
 // storeError maps a store error to the execution's error through the one
 // sentinel table, failing closed for everything else.
 func (x *execution) storeError(err error) *Error {
-	code := ApprovalCode(err)
+	code := approvalCode(err)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if x.ctx.Err() != nil {
 			return x.cancelled()
@@ -174,60 +228,139 @@ func (x *execution) storeError(err error) *Error {
 }
 
 // recordOutcome writes the consuming execution's outcome into the record,
-// even when the caller has left. A failure leaves the record to turn
-// in_doubt after its lease, which List and Get report: visible, not silent.
+// even when the caller has left. An execution that left its last attempt
+// running records in_doubt ("it may have run"), never failed: that attempt
+// records its own result when it returns (recordLate), and one that has
+// already returned is recorded with its own result, late. A failure leaves
+// the record to turn in_doubt after its lease, which List and Get report:
+// visible, not silent.
 func (x *execution) recordOutcome(code Code) {
+	x.mu.Lock()
+	x.final = true // from here on, a late attempt records itself
+	last := x.last
+	left := last != nil && last.abandoned
+	late, returned := Code(0), false
+	if left {
+		late, returned = last.late, last.returnedLate
+	}
+	x.mu.Unlock()
+	switch {
+	case left && returned:
+		x.recordLate(late)
+	case left:
+		x.storeOutcome(store.Outcome{Status: store.ApprovalInDoubt, Code: code.String()})
+	case code == CodeOK:
+		x.storeOutcome(store.Outcome{Status: store.ApprovalCompleted, Code: code.String()})
+	default:
+		x.storeOutcome(store.Outcome{Status: store.ApprovalFailed, Code: code.String()})
+	}
+}
+
+// recordLate records the result of an abandoned attempt of an execution
+// that consumed an approval, once it returns: it replaces in_doubt.
+func (x *execution) recordLate(code Code) {
+	o := store.Outcome{Status: store.ApprovalCompleted, Code: code.String(), Late: true}
+	if code != CodeOK {
+		o.Status = store.ApprovalFailed
+	}
+	x.storeOutcome(o)
+}
+
+func (x *execution) storeOutcome(o store.Outcome) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
-	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, code)
+	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, o)
 }
 
 // Decide records an approver's decision through the engine's store and
 // emits capability.approved or capability.rejected. Deciding executes
 // nothing; the requester resumes the call. Store errors are returned as the
-// store gave them (sentinels such as ErrSelfApproval or ErrNotPending).
-func (e *Engine) Decide(ctx context.Context, id string, d Decision) (ApprovalRecord, error) {
+// store gave them (sentinels such as store.ErrSelfApproval or store.ErrNotPending).
+func (e *Engine) Decide(ctx context.Context, id string, d store.Decision) (store.ApprovalRecord, error) {
 	if e.cfg.store == nil {
-		return ApprovalRecord{}, errors.New("agentsafe: this engine has no approval store (WithApprovalStore)")
+		return store.ApprovalRecord{}, errNoStore
 	}
-	if !ValidApprovalID(id) {
-		return ApprovalRecord{}, fmt.Errorf("%w: malformed approval id", ErrApprovalNotFound)
+	if !store.ValidApprovalID(id) {
+		return store.ApprovalRecord{}, fmt.Errorf("%w: malformed approval id", store.ErrApprovalNotFound)
 	}
-	rec, err := e.cfg.store.Decide(ctx, id, d)
+	d.Audience = e.cfg.audience
+	rec, changed, err := e.cfg.store.Decide(ctx, id, d)
 	if err != nil {
 		return rec, err
 	}
-	if len(e.sinks) > 0 {
-		ev := Event{Type: EventRejected, Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: rec.Requester.Ref(),
-			InputDigest: e.keyedDigest(rec.Digest), SideEffect: rec.SideEffect, Risk: rec.Risk, ApprovalID: rec.ID, Approver: d.Approver.Ref(), Comment: d.Comment,
-			Duration: rec.DecidedAt.Sub(rec.RequestedAt)}
-		if d.Approve {
-			ev.Type = EventApproved
+	if changed && e.observed {
+		ev := Event{Time: e.cfg.now(), ExecutionID: rec.RequestedBy, Procedure: rec.Procedure, Actor: ref(rec.Requester),
+			InputDigest: e.keyedDigest(rec.Digest), ApprovalID: rec.ID, Approver: ref(d.Approver), Comment: d.Comment}
+		if c, ok := e.caps[rec.Procedure]; ok {
+			ev.SideEffect, ev.Risk = c.SideEffect, c.Risk
 		}
 		sinkCtx := context.WithoutCancel(ctx)
-		for _, s := range e.sinks {
-			s.deliver(sinkCtx, ev)
+		emit := func(t EventType) {
+			ev.Type = t
+			e.deliver(sinkCtx, ev)
+		}
+		if rec.Quorum > 1 {
+			emit(EventApprovalVote) // every vote under a quorum
+		}
+		ev.Duration = rec.DecidedAt.Sub(rec.RequestedAt)
+		switch rec.Status {
+		case store.ApprovalApproved:
+			emit(EventApproved) // once: at the vote that completed the quorum
+		case store.ApprovalRejected:
+			emit(EventRejected)
 		}
 	}
 	return rec, nil
 }
 
-// Approvals returns the engine's approval store, or nil.
-func (e *Engine) Approvals() ApprovalStore { return e.cfg.store }
+// errNoStore is what the approval views of an engine without a store fail with.
+var errNoStore = errors.New("agentsafe: this engine has no approval store (WithApprovalStore)")
+
+// Get returns the approval record with id, if it belongs to the engine's
+// audience (see [WithAudience]); a record of another audience, like a
+// malformed id, is store.ErrApprovalNotFound.
+func (e *Engine) Get(ctx context.Context, id string) (store.ApprovalRecord, error) {
+	if e.cfg.store == nil {
+		return store.ApprovalRecord{}, errNoStore
+	}
+	if !store.ValidApprovalID(id) {
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
+	}
+	rec, err := e.cfg.store.Get(ctx, id)
+	if err != nil {
+		return store.ApprovalRecord{}, err
+	}
+	if rec.Audience != e.cfg.audience {
+		return store.ApprovalRecord{}, store.ErrApprovalNotFound
+	}
+	return rec, nil
+}
+
+// List returns the approval records of the engine's audience that match
+// f (its Audience is replaced by the engine's), oldest first.
+func (e *Engine) List(ctx context.Context, f store.ApprovalFilter) ([]store.ApprovalRecord, error) {
+	if e.cfg.store == nil {
+		return nil, errNoStore
+	}
+	f.Audience = e.cfg.audience
+	return e.cfg.store.List(ctx, f)
+}
 
 // lease is how long an execution of c may run, at most, plus a grace: the
 // time after which a consumed approval without an outcome is in_doubt.
 func (e *Engine) lease(c *capability) time.Duration {
-	total := c.timeout * time.Duration(c.Retry.MaxAttempts+1)
+	total := c.timeout * time.Duration(c.Retry.MaxRetries+1)
 	if c.SideEffect.WriteLike() {
 		// Before each re-attempt a write may wait one more timeout for the
 		// attempt it abandoned.
-		total += c.timeout * time.Duration(c.Retry.MaxAttempts)
+		total += c.timeout * time.Duration(c.Retry.MaxRetries)
 	}
 	wait := c.backoff
-	for range c.Retry.MaxAttempts {
+	for range c.Retry.MaxRetries {
 		total += min(wait, e.cfg.maxBackoff) + e.cfg.jitter
 		wait *= 2
 	}
 	return total + leaseGrace
 }
+
+func (e *Engine) keyedDigest(d string) string { return digest.Keyed(e.cfg.digestKey, d) }

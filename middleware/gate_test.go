@@ -8,10 +8,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 const procRefund = "/orders.v1.Orders/Refund"
@@ -30,8 +33,8 @@ func actorOf(ctx context.Context) (middleware.Actor, error) {
 var (
 	agent   = middleware.Actor{ID: "agent-7", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"user-alice"}}
 	boss    = middleware.Actor{ID: "manager-bob", Tenant: "acme", Kind: "user"}
-	refund  = middleware.JSONInput([]byte(`{"order":"42","amount":120}`))
-	refund2 = middleware.JSONInput([]byte(`{"order":"42","amount":999}`))
+	refund  = adapter.JSONInput([]byte(`{"order":"42","amount":120}`))
+	refund2 = adapter.JSONInput([]byte(`{"order":"42","amount":999}`))
 )
 
 // gated is an engine with a gated refund capability on a memory store with
@@ -61,9 +64,9 @@ func (g *gated) advance(d time.Duration) {
 
 // call runs the refund as actor, with an optional approval id, and reports
 // what the handler saw.
-func (g *gated) call(actor middleware.Actor, in middleware.Input, approvalID string) (middleware.Envelope, error, middleware.Execution) {
+func (g *gated) call(actor middleware.Actor, in adapter.Input, approvalID string) (middleware.Envelope, error, middleware.Execution) {
 	var seen middleware.Execution
-	_, env, err := g.eng.Execute(as(g.t.Context(), actor), middleware.Call{Procedure: procRefund, Input: in, ApprovalID: approvalID}, func(ctx context.Context) (any, error) {
+	_, env, err := execute(g.eng, as(g.t.Context(), actor), call{Procedure: procRefund, Input: in, ApprovalID: approvalID}, func(ctx context.Context) (any, error) {
 		g.runs.Add(1)
 		seen, _ = middleware.ExecutionFromContext(ctx)
 		return "refunded", nil
@@ -72,11 +75,11 @@ func (g *gated) call(actor middleware.Actor, in middleware.Input, approvalID str
 }
 
 // requested asks for an approval and returns its id.
-func (g *gated) requested(in middleware.Input) string {
+func (g *gated) requested(in adapter.Input) string {
 	g.t.Helper()
 	env, err, _ := g.call(agent, in, "")
 	wantCode(g.t, env, err, middleware.CodeApprovalRequired)
-	if env.Status != middleware.StatusApprovalRequired || !middleware.ValidApprovalID(env.ApprovalID) {
+	if env.Status != middleware.StatusApprovalRequired || !store.ValidApprovalID(env.ApprovalID) {
 		g.t.Fatalf("approval request envelope %+v", env)
 	}
 	return env.ApprovalID
@@ -84,13 +87,13 @@ func (g *gated) requested(in middleware.Input) string {
 
 func (g *gated) approve(id string) {
 	g.t.Helper()
-	if _, err := g.eng.Decide(g.t.Context(), id, middleware.Decision{Approve: true, Approver: boss, Comment: "ok, customer called"}); err != nil {
+	if _, err := g.eng.Decide(g.t.Context(), id, store.Decision{Approve: true, Approver: boss, Comment: "ok, customer called"}); err != nil {
 		g.t.Fatalf("Decide: %v", err)
 	}
 }
 
 var gatedCap = middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Risk: middleware.RiskHigh,
-	Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}, Approval: middleware.Approval{Required: true, Type: "manager"}}
+	Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}, Approval: middleware.Approval{Required: true, Type: "manager"}}
 
 func TestApprovalLifecycle(t *testing.T) {
 	g := newGated(t, gatedCap)
@@ -112,7 +115,7 @@ func TestApprovalLifecycle(t *testing.T) {
 		t.Fatalf("resumed execution ran as %+v with approval %+v", seen.Actor, seen.Approval)
 	}
 	rec, _ := g.store.Get(t.Context(), id)
-	if rec.Status != middleware.ApprovalCompleted || rec.ConsumedBy != env.ExecutionID || rec.Approver.ID != boss.ID {
+	if rec.Status != store.ApprovalCompleted || rec.ConsumedBy != env.ExecutionID || rec.Approver.ID != boss.ID {
 		t.Errorf("record after the run: %+v", rec)
 	}
 
@@ -127,8 +130,9 @@ func TestApprovalLifecycle(t *testing.T) {
 // asynchronous replication can: the same approval can be consumed twice.
 type forgetfulStore struct{ *approvalstore.Memory }
 
-func (f forgetfulStore) Consume(ctx context.Context, id string, _ middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
-	return f.Get(ctx, id)
+func (f forgetfulStore) Consume(ctx context.Context, id string, _ store.ConsumeRequest) (store.ConsumedApproval, error) {
+	rec, err := f.Get(ctx, id)
+	return store.ConsumedApproval{ID: rec.ID, Type: rec.Type, Approver: rec.Approver, Comment: rec.Comment, DecidedAt: rec.DecidedAt}, err
 }
 
 func TestApprovalIdempotencyKeyDerivesFromTheApproval(t *testing.T) {
@@ -153,18 +157,18 @@ func TestApprovalRefusals(t *testing.T) {
 		name   string
 		setup  func(g *gated, id string)
 		actor  middleware.Actor
-		input  middleware.Input
+		input  adapter.Input
 		procID func(id string) string
 		want   middleware.Code
 	}{
 		{name: "rejected", setup: func(g *gated, id string) {
-			g.eng.Decide(g.t.Context(), id, middleware.Decision{Approve: false, Approver: boss})
+			g.eng.Decide(g.t.Context(), id, store.Decision{Approve: false, Approver: boss})
 		}, want: middleware.CodeApprovalRejected},
 		{name: "expired", setup: func(g *gated, id string) { g.approve(id); g.advance(16 * time.Minute) }, want: middleware.CodeApprovalExpired},
 		{name: "input changed", setup: func(g *gated, id string) { g.approve(id) }, input: refund2, want: middleware.CodeApprovalInputMismatch},
 		{name: "another actor learns nothing", setup: func(g *gated, id string) { g.approve(id) },
 			actor: middleware.Actor{ID: "agent-8", Tenant: "acme"}, want: middleware.CodeApprovalNotFound},
-		{name: "unknown id", procID: func(string) string { return middleware.NewApprovalID() }, want: middleware.CodeApprovalNotFound},
+		{name: "unknown id", procID: func(string) string { return store.NewApprovalID() }, want: middleware.CodeApprovalNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGated(t, gatedCap)
@@ -187,7 +191,7 @@ func TestApprovalRefusals(t *testing.T) {
 			if g.runs.Load() != 0 {
 				t.Fatalf("the handler ran after %s", tc.want)
 			}
-			evs := g.rec.Execution(env.ExecutionID)
+			evs := g.events(env.ExecutionID)
 			if !slices.ContainsFunc(evs, func(e middleware.Event) bool { return e.Type == middleware.EventApprovalDenied && e.Code == tc.want }) {
 				t.Errorf("no approval_denied event with %s: %v", tc.want, g.types(env.ExecutionID))
 			}
@@ -206,7 +210,7 @@ func TestApprovalForAnotherProcedureIsAResumeMismatch(t *testing.T) {
 	}
 	id := g.requested(refund)
 	g.approve(id)
-	_, env, err := eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: "/orders.v1.Orders/Cancel", Input: refund, ApprovalID: id},
+	_, env, err := execute(eng, as(t.Context(), agent), call{Procedure: "/orders.v1.Orders/Cancel", Input: refund, ApprovalID: id},
 		func(context.Context) (any, error) { t.Error("ran"); return nil, nil })
 	wantCode(t, env, err, middleware.CodeApprovalResumeMismatch)
 	// A mismatch does not burn the approval.
@@ -218,7 +222,7 @@ func TestSelfApprovalIsRefused(t *testing.T) {
 	g := newGated(t, gatedCap)
 	id := g.requested(refund)
 	for _, approver := range []middleware.Actor{agent, {ID: "user-alice", Tenant: "acme"}} {
-		if _, err := g.eng.Decide(t.Context(), id, middleware.Decision{Approve: true, Approver: approver}); !errors.Is(err, middleware.ErrSelfApproval) {
+		if _, err := g.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: approver}); !errors.Is(err, store.ErrSelfApproval) {
 			t.Errorf("%s approving the request of %s: %v, want ErrSelfApproval", approver.ID, agent.ID, err)
 		}
 	}
@@ -238,15 +242,15 @@ func TestRepeatedRequestReturnsTheSameApproval(t *testing.T) {
 
 func TestApprovalEventSequence(t *testing.T) {
 	g := newGated(t, gatedCap)
-	id := g.requested(refund)
-	req := g.rec.Events()[0].ExecutionID
+	first, err, _ := g.call(agent, refund, "")
+	wantCode(t, first, err, middleware.CodeApprovalRequired)
+	id, req := first.ApprovalID, first.ExecutionID
 	g.wantTypes(req, middleware.EventRequested, middleware.EventApprovalRequested, middleware.EventFailed)
 	if ev := g.final(req); ev.Code != middleware.CodeApprovalRequired || ev.ApprovalID != id {
 		t.Errorf("request's final event %+v", ev)
 	}
 	g.approve(id)
-	evs := g.rec.Execution(req)
-	if last := evs[len(evs)-1]; last.Type != middleware.EventApproved || last.Approver.ID != boss.ID || last.Comment == "" || last.ApprovalID != id {
+	if last := g.waitEvent(req, middleware.EventApproved); last.Approver.ID != boss.ID || last.Comment == "" || last.ApprovalID != id {
 		t.Errorf("Decide must emit capability.approved on the requesting execution: %+v", last)
 	}
 	env, _, _ := g.call(agent, refund, id)
@@ -266,7 +270,7 @@ func TestOneApprovalCoversEveryRetryOfItsExecution(t *testing.T) {
 	id := g.requested(refund)
 	g.approve(id)
 	var runs atomic.Int32
-	_, env, err := g.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
+	_, env, err := execute(g.eng, as(t.Context(), agent), call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
 		if runs.Add(1) == 1 {
 			return nil, errTransient
 		}
@@ -280,7 +284,7 @@ func TestOneApprovalCoversEveryRetryOfItsExecution(t *testing.T) {
 
 func TestConditionalApproval(t *testing.T) {
 	cond := func(_ context.Context, q middleware.ApprovalQuery) (bool, string, error) {
-		in, err := q.Input.JSON()
+		in, err := q.Input()
 		if err != nil {
 			return false, "", err
 		}
@@ -317,39 +321,41 @@ func TestApprovalViewIsRenderedByTheApplication(t *testing.T) {
 	}))
 	id := g.requested(refund)
 	rec, _ := g.store.Get(t.Context(), id)
-	if rec.View != "refund on order 42 (amount hidden) via "+procRefund || rec.Digest == "" || rec.Requester.ID != agent.ID || rec.Type != "manager" || rec.Risk != middleware.RiskHigh {
+	if rec.View != "refund on order 42 (amount hidden) via "+procRefund || rec.Digest == "" || rec.Requester.ID != agent.ID || rec.Type != "manager" || rec.Risk != "high" {
 		t.Errorf("record %+v", rec)
 	}
 }
 
-type failingStore struct{ middleware.ApprovalStore }
+type failingStore struct{ store.ApprovalStore }
 
-func (failingStore) Create(context.Context, middleware.ApprovalRequest) (middleware.ApprovalRecord, error) {
-	return middleware.ApprovalRecord{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+func (failingStore) Create(context.Context, store.ApprovalRequest) (store.ApprovalRecord, error) {
+	return store.ApprovalRecord{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
 
-func (failingStore) Consume(context.Context, string, middleware.ConsumeRequest) (middleware.ApprovalRecord, error) {
-	return middleware.ApprovalRecord{}, errors.New("i/o timeout")
+func (failingStore) Release(context.Context, string, string) error { return errors.New("i/o timeout") }
+
+func (failingStore) Consume(context.Context, string, store.ConsumeRequest) (store.ConsumedApproval, error) {
+	return store.ConsumedApproval{}, errors.New("i/o timeout")
 }
 
 func TestGateFailsClosed(t *testing.T) {
 	g := newGated(t, gatedCap, middleware.WithApprovalStore(failingStore{}))
-	for _, id := range []string{"", middleware.NewApprovalID()} {
+	for _, id := range []string{"", store.NewApprovalID()} {
 		env, err, _ := g.call(agent, refund, id)
 		wantCode(t, env, err, middleware.CodeApprovalUnavailable)
 		if !env.Error.Retryable {
 			t.Error("APPROVAL_UNAVAILABLE is retryable for the caller of an idempotent capability")
 		}
 	}
-	noStore := newFixture(t, procRefund, gatedCap, middleware.WithActor(actorOf), middleware.WithProtoFiles(nil))
-	_, env, err := noStore.eng.Execute(as(t.Context(), agent), middleware.Call{Procedure: procRefund, Input: refund}, noop)
-	wantCode(t, env, err, middleware.CodeApprovalUnavailable)
+	if _, err := middleware.New(middleware.NewRegistry().Register(procRefund, gatedCap), middleware.WithProtoFiles(nil)); err == nil {
+		t.Error("New accepted an approval without a store; every call would fail at run time")
+	}
 
-	env, err, _ = g.call(middleware.Actor{}, refund, "")
+	env, err, _ := g.call(middleware.Actor{}, refund, "")
 	wantCode(t, env, err, middleware.CodeUnauthenticated)
 
 	plain := newGated(t, gatedCap)
-	env, err, _ = plain.call(agent, middleware.JSONInput([]byte(`{"a":1,"A":2}`)), "")
+	env, err, _ = plain.call(agent, adapter.JSONInput([]byte(`{"a":1,"A":2}`)), "")
 	wantCode(t, env, err, middleware.CodeInvalidArgument)
 	if !strings.Contains(env.Error.Message, "cannot be bound") {
 		t.Errorf("unbindable input message: %q", env.Error.Message)
@@ -362,18 +368,21 @@ func TestGateFailsClosed(t *testing.T) {
 }
 
 func TestOutcomeIsRecordedEvenWhenTheCallerLeft(t *testing.T) {
-	g := newGated(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true}})
-	id := g.requested(refund)
-	g.approve(id)
-	ctx, cancel := context.WithCancel(as(t.Context(), agent))
-	_, env, err := g.eng.Execute(ctx, middleware.Call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
-		cancel()
-		<-ctx.Done()
-		return nil, ctx.Err()
+	inBubble(t, func(t *testing.T) {
+		g := newGated(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true}})
+		id := g.requested(refund)
+		g.approve(id)
+		ctx, cancel := context.WithCancel(as(t.Context(), agent))
+		_, env, err := execute(g.eng, ctx, call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(ctx context.Context) (any, error) {
+			cancel()
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		wantCode(t, env, err, middleware.CodeCancelled)
+		synctest.Wait() // an attempt the engine stopped waiting for records itself when it returns
+		rec, _ := g.store.Get(t.Context(), id)
+		if rec.Status != store.ApprovalFailed || rec.Outcome.Code != "CANCELLED" {
+			t.Errorf("outcome not recorded after the caller left: %+v", rec)
+		}
 	})
-	wantCode(t, env, err, middleware.CodeCancelled)
-	rec, _ := g.store.Get(t.Context(), id)
-	if rec.Status != middleware.ApprovalFailed || rec.Outcome != middleware.CodeCancelled {
-		t.Errorf("outcome not recorded after the caller left: %+v", rec)
-	}
 }

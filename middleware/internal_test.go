@@ -6,21 +6,23 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentsafe/agentsafe/internal/seam"
 )
 
 // TestRetrySafetyIsRecheckedAtRunTime bypasses validation, the way a bug or
 // a future code path could, and checks that the engine still refuses to
 // retry a write that is not declared idempotent.
 func TestRetrySafetyIsRecheckedAtRunTime(t *testing.T) {
-	e, err := New(nil)
+	e, err := New(nil, WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const proc = "/bypass.V1/Write"
 	for _, se := range []SideEffect{SideEffectWrite, SideEffectDestructive, SideEffectExternal} {
-		e.caps[proc] = e.resolve(proc, Capability{SideEffect: se, Retry: Retry{MaxAttempts: 5, Backoff: time.Millisecond}})
+		e.caps[proc] = e.resolve(proc, Capability{SideEffect: se, Retry: Retry{MaxRetries: 5, Backoff: time.Millisecond}})
 		var runs atomic.Int32
-		_, env, _ := e.Execute(context.Background(), Call{Procedure: proc}, func(context.Context) (any, error) {
+		_, env, _ := e.route(proc).Execute(context.Background(), &seam.Call{}, func(context.Context) (any, error) {
 			runs.Add(1)
 			return nil, Retryable(errors.New("transient"))
 		})
@@ -38,7 +40,7 @@ func TestLeaseCoversTheWaitForAnAbandonedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry := Retry{MaxAttempts: 2, Backoff: time.Millisecond}
+	retry := Retry{MaxRetries: 2, Backoff: time.Millisecond}
 	read := e.resolve("/r", Capability{SideEffect: SideEffectRead, Timeout: time.Second, Retry: retry})
 	write := e.resolve("/w", Capability{SideEffect: SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: retry})
 	if read.lease < 3*time.Second+3*time.Millisecond {
@@ -58,7 +60,7 @@ func TestResultBeatsADeadlineThatFiredAtTheSameMoment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 200 {
-		x := e.open(context.Background(), Call{Procedure: "/r"}, e.caps["/r"], false)
+		x := e.open(context.Background(), "/r", &seam.Call{}, e.caps["/r"], false)
 		a := &attempt{x: x, n: 1, res: make(chan attemptResult, 1)}
 		var cancel context.CancelCauseFunc
 		a.Context, cancel = context.WithCancelCause(context.Background())

@@ -3,8 +3,10 @@ package middleware
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
@@ -21,24 +23,24 @@ type config struct {
 	maxBackoff     time.Duration
 	jitter         time.Duration
 	defaultExpiry  time.Duration
-	sinkTimeout    time.Duration
 	maxAbandoned   int
 	strict         bool
-	actor          ActorFunc
-	classify       Classifier
+	actor          func(context.Context) (Actor, error)
+	classify       func(error) bool
 	redact         func(error) string
-	sinks          []EventSink
+	sinks          []sinkConfig
+	audit          *sinkConfig
 	tracer         Tracer
 	now            func() time.Time
-	newID          func(prefix string) string
 	digestKey      []byte
-	store          ApprovalStore
+	store          store.ApprovalStore
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
 	condition      func(ctx context.Context, q ApprovalQuery) (bool, string, error)
 	files          *protoregistry.Files
 	filesSet       bool
 	problems       []string
+	logger         *slog.Logger
 }
 
 func defaultConfig() config {
@@ -47,63 +49,69 @@ func defaultConfig() config {
 		defaultBackoff: 250 * time.Millisecond,
 		maxBackoff:     30 * time.Second,
 		defaultExpiry:  15 * time.Minute,
-		sinkTimeout:    250 * time.Millisecond,
 		maxAbandoned:   100,
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
 		now:            time.Now,
+		logger:         slog.Default(),
 	}
 }
 
-func (c *config) positive(name string, d time.Duration) bool {
-	if d <= 0 {
-		c.problems = append(c.problems, fmt.Sprintf("%s must be positive (got %s)", name, d))
-		return false
-	}
-	return true
-}
-
-// WithDefaultTimeout sets the per-attempt timeout of capabilities that do not
-// set one. The default is 30 seconds.
-func WithDefaultTimeout(d time.Duration) Option {
+// WithLogger sets where the engine logs what no caller sees: the start-up
+// warnings about legal but risky configurations (each once), and later
+// trouble such as dropped events. The default is slog.Default() as of
+// [New]; nil keeps it.
+func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
-		if c.positive("WithDefaultTimeout", d) {
-			c.defaultTimeout = d
+		if l != nil {
+			c.logger = l
 		}
 	})
 }
 
-// WithDefaultBackoff sets the backoff base of capabilities that do not set
-// one. The default is 250ms.
-func WithDefaultBackoff(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if c.positive("WithDefaultBackoff", d) {
-			c.defaultBackoff = d
-		}
-	})
+// Defaults are the engine-wide defaults and limits that capabilities do
+// not set themselves. A zero field keeps the default named on it;
+// negative values are invalid.
+type Defaults struct {
+	// Timeout is the per-attempt timeout of capabilities that set none: 30s.
+	Timeout time.Duration
+	// Backoff is the backoff base of capabilities that set none: 250ms.
+	Backoff time.Duration
+	// MaxBackoff caps every backoff: 30s.
+	MaxBackoff time.Duration
+	// Jitter adds a random ±Jitter to every backoff: none.
+	Jitter time.Duration
+	// ApprovalExpiry is the lifetime of approval records whose capability
+	// sets none: 15m.
+	ApprovalExpiry time.Duration
+	// MaxAbandoned caps, per capability, the attempts abandoned at their
+	// deadline that have not returned yet; over it new calls fail with
+	// RESOURCE_EXHAUSTED: 100.
+	MaxAbandoned int
 }
 
-// WithBackoffLimits caps every backoff at max (default 30s) and adds a
-// random ±jitter to it (default none; zero turns it off).
-func WithBackoffLimits(max, jitter time.Duration) Option {
+// WithDefaults sets the engine-wide defaults and limits (see [Defaults]);
+// zero fields keep theirs.
+func WithDefaults(d Defaults) Option {
 	return optionFunc(func(c *config) {
-		if c.positive("WithBackoffLimits max", max) {
-			c.maxBackoff = max
+		set := func(name string, v time.Duration, to *time.Duration) {
+			switch {
+			case v < 0:
+				c.problems = append(c.problems, fmt.Sprintf("Defaults.%s must not be negative (got %s)", name, v))
+			case v > 0:
+				*to = v
+			}
 		}
-		if jitter < 0 {
-			c.problems = append(c.problems, fmt.Sprintf("WithBackoffLimits jitter must not be negative (got %s)", jitter))
-			return
-		}
-		c.jitter = jitter
-	})
-}
-
-// WithDefaultApprovalExpiry sets the lifetime of approval records whose
-// capability does not set one. The default is 15 minutes.
-func WithDefaultApprovalExpiry(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if c.positive("WithDefaultApprovalExpiry", d) {
-			c.defaultExpiry = d
+		set("Timeout", d.Timeout, &c.defaultTimeout)
+		set("Backoff", d.Backoff, &c.defaultBackoff)
+		set("MaxBackoff", d.MaxBackoff, &c.maxBackoff)
+		set("Jitter", d.Jitter, &c.jitter)
+		set("ApprovalExpiry", d.ApprovalExpiry, &c.defaultExpiry)
+		switch {
+		case d.MaxAbandoned < 0:
+			c.problems = append(c.problems, fmt.Sprintf("Defaults.MaxAbandoned must not be negative (got %d)", d.MaxAbandoned))
+		case d.MaxAbandoned > 0:
+			c.maxAbandoned = d.MaxAbandoned
 		}
 	})
 }
@@ -120,13 +128,13 @@ func WithStrict() Option {
 // the application's authentication prepared. Its error fails the call with
 // CodeUnauthenticated. Without it every call has the zero Actor, which is
 // enough unless a capability needs an approval.
-func WithActor(f ActorFunc) Option {
+func WithActor(f func(ctx context.Context) (Actor, error)) Option {
 	return optionFunc(func(c *config) { c.actor = f })
 }
 
 // WithClassifier replaces [DefaultClassifier], which decides whether a
 // handler's error is worth a runtime retry. Nil keeps the default.
-func WithClassifier(f Classifier) Option {
+func WithClassifier(f func(err error) (retryable bool)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
 			c.classify = f
@@ -145,38 +153,104 @@ func WithRedactor(f func(error) string) Option {
 	})
 }
 
-// WithEventSink adds a sink; sinks are called in the order added. Nil is
-// ignored. Without sinks no event is even built.
-func WithEventSink(s EventSink) Option {
+// WithEventSink adds a sink; sinks receive events in the order added, each
+// through a bounded queue of its own delivered by a worker of its own, so
+// that a slow sink costs an execution one channel send and never another
+// sink its events. Within one execution a sink receives the events in
+// order. opts set the sink's bound on one call ([SinkTimeout], default
+// 250ms) and its queue ([SinkQueue], default 1024 events). A call that
+// overruns the bound abandons its worker (a fresh one takes the queue) and
+// that execution's later events for the sink are dropped; a full queue
+// drops the event. Every drop is counted ([Engine.Stats]) and logged,
+// rate-limited. Nil is ignored; without sinks no event is even built.
+func WithEventSink(s EventSink, opts ...SinkOption) Option {
 	return optionFunc(func(c *config) {
-		if s != nil {
-			c.sinks = append(c.sinks, s)
-		}
-	})
-}
-
-// WithSinkTimeout bounds how long the engine waits for one sink call before
-// it moves on and drops that sink's events until the call returns. The
-// default is 250ms.
-func WithSinkTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if c.positive("WithSinkTimeout", d) {
-			c.sinkTimeout = d
-		}
-	})
-}
-
-// WithMaxAbandoned caps the attempts per capability that were abandoned at
-// their deadline and have not returned yet; over it new calls fail with
-// CodeResourceExhausted. The default is 100.
-func WithMaxAbandoned(n int) Option {
-	return optionFunc(func(c *config) {
-		if n <= 0 {
-			c.problems = append(c.problems, fmt.Sprintf("WithMaxAbandoned must be positive (got %d)", n))
+		if s == nil {
 			return
 		}
-		c.maxAbandoned = n
+		sc := sinkConfig{call: func(ctx context.Context, e Event) error { s.HandleEvent(ctx, e); return nil },
+			name: fmt.Sprintf("%d:%T", len(c.sinks), s), timeout: defaultSinkTimeout, queue: defaultSinkQueue}
+		sc.apply(c, opts)
+		c.sinks = append(c.sinks, sc)
 	})
+}
+
+// AuditSink is a strict audit trail: the engine calls Record synchronously
+// for capability.requested and capability.started, and an error (a
+// timeout included) means nothing runs: the call fails with
+// AUDIT_UNAVAILABLE (retryable). Every other event reaches it through its
+// queue, like any sink's. No record, no effect.
+type AuditSink interface {
+	Record(ctx context.Context, e Event) error
+}
+
+// WithAuditSink makes s the engine's strict audit sink (see [AuditSink]);
+// timeout bounds each synchronous Record (default 1s; a call that has not
+// returned by then fails the execution). A failure at capability.started
+// after an approval was consumed gives the approval back. The last
+// WithAuditSink wins; nil removes it. By default there is none.
+func WithAuditSink(s AuditSink, timeout ...time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if s == nil {
+			c.audit = nil
+			return
+		}
+		sc := sinkConfig{call: s.Record, name: fmt.Sprintf("audit:%T", s), timeout: defaultAuditTimeout, queue: defaultSinkQueue, audit: true}
+		for _, d := range timeout {
+			if d <= 0 {
+				c.problems = append(c.problems, fmt.Sprintf("WithAuditSink timeout must be positive (got %s)", d))
+				continue
+			}
+			sc.timeout = d
+		}
+		c.audit = &sc
+	})
+}
+
+// SinkOption configures one sink's delivery (see [WithEventSink]).
+type SinkOption interface{ applySink(*sinkConfig, *config) }
+
+type sinkOptionFunc func(*sinkConfig, *config)
+
+func (f sinkOptionFunc) applySink(s *sinkConfig, c *config) { f(s, c) }
+
+// SinkTimeout bounds one call of the sink; the default is 250ms.
+func SinkTimeout(d time.Duration) SinkOption {
+	return sinkOptionFunc(func(s *sinkConfig, c *config) {
+		if d <= 0 {
+			c.problems = append(c.problems, fmt.Sprintf("SinkTimeout must be positive (got %s)", d))
+			return
+		}
+		s.timeout = d
+	})
+}
+
+// SinkQueue sets how many events may wait for the sink; the default is 1024.
+func SinkQueue(n int) SinkOption {
+	return sinkOptionFunc(func(s *sinkConfig, c *config) {
+		if n <= 0 {
+			c.problems = append(c.problems, fmt.Sprintf("SinkQueue must be positive (got %d)", n))
+			return
+		}
+		s.queue = n
+	})
+}
+
+// sinkConfig is one sink as the options describe it.
+type sinkConfig struct {
+	call    func(context.Context, Event) error
+	name    string
+	timeout time.Duration
+	queue   int
+	audit   bool
+}
+
+func (s *sinkConfig) apply(c *config, opts []SinkOption) {
+	for _, o := range opts {
+		if o != nil {
+			o.applySink(s, c)
+		}
+	}
 }
 
 // WithClock sets the clock that stamps events and measures durations; the
@@ -190,17 +264,6 @@ func WithClock(now func() time.Time) Option {
 	})
 }
 
-// WithIDGenerator replaces how execution ids and idempotency keys are made;
-// gen receives the prefix ("exe_" or "idk_") and must return unique values.
-// The default uses 128 bits from crypto/rand. Nil keeps the default.
-func WithIDGenerator(gen func(prefix string) string) Option {
-	return optionFunc(func(c *config) {
-		if gen != nil {
-			c.newID = gen
-		}
-	})
-}
-
 // WithDigestKey makes the input digest on events an HMAC-SHA256 under key,
 // so a small input cannot be guessed back from its digest. Approval binding
 // always uses the plain digest. By default events carry the plain digest.
@@ -209,9 +272,10 @@ func WithDigestKey(key []byte) Option {
 }
 
 // WithApprovalStore sets where approvals live (see package approvalstore:
-// an in-memory store for one process, Redis for many). Without a store, a
-// call that needs an approval fails closed with CodeApprovalUnavailable.
-func WithApprovalStore(s ApprovalStore) Option {
+// an in-memory store for one process, Redis for many). Without a store,
+// [New] refuses capabilities that require an approval and
+// [WithApprovalCondition].
+func WithApprovalStore(s store.ApprovalStore) Option {
 	return optionFunc(func(c *config) { c.store = s })
 }
 

@@ -13,30 +13,32 @@ import (
 )
 
 // WithProtoFiles makes the engine read method options from files instead of
-// protoregistry.GlobalFiles. Nil turns option scanning off, leaving only the
-// registry.
+// protoregistry.GlobalFiles; registry entries with RPC names must name
+// methods of files. Nil turns option scanning off, leaving only the
+// registry, and with it the check that RPC names exist (logged once as a
+// warning at start-up).
 func WithProtoFiles(files *protoregistry.Files) Option {
 	return optionFunc(func(c *config) { c.files, c.filesSet = files, true })
 }
 
-// Procedure returns the procedure name of a method: "/package.Service/Method".
-func Procedure(md protoreflect.MethodDescriptor) string {
+// procedureOf returns the procedure name of a method: "/package.Service/Method".
+func procedureOf(md protoreflect.MethodDescriptor) string {
 	return "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
 }
 
-// CapabilityFromOptions reads the agentsafe.v1.capability option of md. It
+// capabilityFromOptions reads the agentsafe.v1.capability option of md. It
 // reports false when the method carries none. The capability is not
 // validated here; [New] validates every one it finds. The problems returned
 // are what no Capability can express (a malformed duration, an
 // idempotency_level that contradicts the side effect); New reports them with
 // the others.
-func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, []*FieldError) {
+func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, []*FieldError) {
 	opts, ok := md.Options().(*descriptorpb.MethodOptions)
 	if !ok || opts == nil || !proto.HasExtension(opts, agentsafev1.E_Capability) {
 		return Capability{}, false, nil
 	}
 	pc, _ := proto.GetExtension(opts, agentsafev1.E_Capability).(*agentsafev1.Capability)
-	proc := Procedure(md)
+	proc := procedureOf(md)
 	var problems []*FieldError
 	bad := func(field, format string, args ...any) {
 		problems = append(problems, &FieldError{proc, "option", field, fmt.Sprintf(format, args...)})
@@ -46,8 +48,8 @@ func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 		Idempotent:  pc.GetIdempotent(),
 		ToolName:    pc.GetToolName(),
 		Streaming:   md.IsStreamingClient() || md.IsStreamingServer(),
-		Retry:       Retry{MaxAttempts: int(pc.GetRetry().GetMaxAttempts())},
-		Approval:    Approval{Required: pc.GetApproval().GetRequired(), Type: pc.GetApproval().GetType()},
+		Retry:       Retry{MaxRetries: int(pc.GetRetry().GetMaxRetries())},
+		Approval:    Approval{Required: pc.GetApproval().GetRequired(), Type: pc.GetApproval().GetType(), Quorum: int(pc.GetApproval().GetQuorum())},
 	}
 	// The enums share their numbering with SideEffect and Risk (shifted by
 	// the unspecified value), so unknown numbers become invalid values that
@@ -66,6 +68,10 @@ func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 		}
 		return d.AsDuration()
 	}
+	for _, e := range pc.GetExposure() {
+		c.Exposure = append(c.Exposure, Surface(e)) // numbered alike; unknown numbers are invalid
+	}
+	c.Dedup = dur("Dedup", pc.GetDedup())
 	c.Timeout = dur("Timeout", pc.GetTimeout())
 	c.Retry.Backoff = dur("Retry.Backoff", pc.GetRetry().GetBackoff())
 	c.Approval.ExpiresIn = dur("Approval.ExpiresIn", pc.GetApproval().GetExpiresIn())
@@ -79,10 +85,11 @@ func CapabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 type scanned struct {
 	entries  []registryEntry // methods carrying the option
 	problems []*FieldError
-	// streaming names every streaming method, with or without the option,
-	// so a registry entry for one is known to stream too; noSideEffects
-	// every method declaring idempotency_level = NO_SIDE_EFFECTS.
-	streaming, noSideEffects map[string]bool
+	// methods names every method of the files; streaming every streaming
+	// method, with or without the option, so a registry entry for one is
+	// known to stream too; noSideEffects every method declaring
+	// idempotency_level = NO_SIDE_EFFECTS.
+	methods, streaming, noSideEffects map[string]bool
 }
 
 // scanOptions collects the capability of every method in files that carries
@@ -92,21 +99,22 @@ func scanOptions(files *protoregistry.Files) scanned {
 	if files == nil {
 		return s
 	}
-	s.streaming, s.noSideEffects = make(map[string]bool), make(map[string]bool)
+	s.methods, s.streaming, s.noSideEffects = make(map[string]bool), make(map[string]bool), make(map[string]bool)
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		services := fd.Services()
 		for i := range services.Len() {
 			methods := services.Get(i).Methods()
 			for j := range methods.Len() {
 				md := methods.Get(j)
+				s.methods[procedureOf(md)] = true
 				if md.IsStreamingClient() || md.IsStreamingServer() {
-					s.streaming[Procedure(md)] = true
+					s.streaming[procedureOf(md)] = true
 				}
 				if opts, ok := md.Options().(*descriptorpb.MethodOptions); ok && opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS {
-					s.noSideEffects[Procedure(md)] = true
+					s.noSideEffects[procedureOf(md)] = true
 				}
-				if c, ok, p := CapabilityFromOptions(md); ok {
-					s.entries = append(s.entries, registryEntry{Procedure(md), c})
+				if c, ok, p := capabilityFromOptions(md); ok {
+					s.entries = append(s.entries, registryEntry{procedureOf(md), c})
 					s.problems = append(s.problems, p...)
 				}
 			}

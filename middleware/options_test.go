@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // registers the test service's options
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -18,34 +20,34 @@ import (
 )
 
 func TestMethodOptionsAreReadAtStartUp(t *testing.T) {
-	eng, err := middleware.New(nil)
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // the test service has a gated method
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ok := eng.Lookup("/agentsafe.test.v1.TestService/Read")
-	if !ok || c.SideEffect != middleware.SideEffectRead || c.Retry.MaxAttempts != 2 || c.Retry.Backoff != time.Millisecond || c.Timeout != time.Second {
+	c, ok := adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Read").Capability()
+	if !ok || c.SideEffect != middleware.SideEffectRead || c.Retry.MaxRetries != 2 || c.Retry.Backoff != time.Millisecond || c.Timeout != time.Second {
 		t.Errorf("Read from options = %+v, %v", c, ok)
 	}
-	c, _ = eng.Lookup("/agentsafe.test.v1.TestService/Gated")
+	c, _ = adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Gated").Capability()
 	if !c.Approval.Required || c.Approval.Type != "manager" || c.Risk != middleware.RiskHigh || c.Approval.ExpiresIn != 15*time.Minute {
 		t.Errorf("Gated from options = %+v", c)
 	}
-	if c, _ := eng.Lookup("/agentsafe.test.v1.TestService/Stream"); !c.Streaming {
+	if c, _ := adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Stream").Capability(); !c.Streaming {
 		t.Error("a server-streaming method is not marked Streaming")
 	}
-	if eng.Governs("/agentsafe.test.v1.TestService/Ungoverned") {
+	if adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Ungoverned").Governed() {
 		t.Error("a method without the option is governed")
 	}
 }
 
 func TestRegistryReplacesTheOptionAsAWhole(t *testing.T) {
 	eng, err := middleware.New(middleware.NewRegistry().Register("/agentsafe.test.v1.TestService/Read",
-		middleware.Capability{SideEffect: middleware.SideEffectNone, Description: "overridden"}))
+		middleware.Capability{SideEffect: middleware.SideEffectNone, Description: "overridden"}), middleware.WithApprovalStore(approvalstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := eng.Lookup("/agentsafe.test.v1.TestService/Read")
-	if c.SideEffect != middleware.SideEffectNone || c.Retry.MaxAttempts != 0 || c.Description != "overridden" {
+	c, _ := adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Read").Capability()
+	if c.SideEffect != middleware.SideEffectNone || c.Retry.MaxRetries != 0 || c.Description != "overridden" {
 		t.Errorf("override = %+v; the registry entry must replace the option whole", c)
 	}
 	// A registry entry cannot make a streaming method gated: the descriptor knows.
@@ -72,7 +74,7 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 		Dependency:  []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
 		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M")}},
 		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Bad"), Method: []*descriptorpb.MethodDescriptorProto{
-			method("RetriedWrite", &agentsafev1.Capability{SideEffect: write, Retry: &agentsafev1.Retry{MaxAttempts: 2}}, false, 0),
+			method("RetriedWrite", &agentsafev1.Capability{SideEffect: write, Retry: &agentsafev1.Retry{MaxRetries: 2}}, false, 0),
 			method("UnknownEnum", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect(77)}, false, 0),
 			method("Unspecified", &agentsafev1.Capability{}, false, 0),
 			method("NoSideEffectsWrite", &agentsafev1.Capability{SideEffect: write}, false, descriptorpb.MethodOptions_NO_SIDE_EFFECTS),
@@ -102,7 +104,7 @@ func TestInvalidMethodOptionsFailTheBuildWithEveryProblem(t *testing.T) {
 		t.Fatalf("New accepted invalid options: %v", err)
 	}
 	for _, want := range []string{
-		"/bad.v1.Bad/RetriedWrite (option): Retry.MaxAttempts: side effect write is write-like",
+		"/bad.v1.Bad/RetriedWrite (option): Retry.MaxRetries: side effect write is write-like",
 		"/bad.v1.Bad/UnknownEnum (option): SideEffect: must be one of",
 		"SideEffect(77)",
 		"/bad.v1.Bad/Unspecified (option): SideEffect",
@@ -129,15 +131,15 @@ func TestOptionsTheEngineWasNotBuiltWithFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	const proc = "/agentsafe.test.v1.TestService/Write"
-	if !eng.Governs(proc) {
+	if !adapter.Resolve(eng, proc).Governed() {
 		t.Fatalf("%s declares a capability: the engine must not pass it through", proc)
 	}
 	ran := false
-	_, env, err := eng.Execute(t.Context(), middleware.Call{Procedure: proc}, func(context.Context) (any, error) { ran = true; return nil, nil })
+	_, env, err := execute(eng, t.Context(), call{Procedure: proc}, func(context.Context) (any, error) { ran = true; return nil, nil })
 	if ran || middleware.CodeOf(err) != middleware.CodeCapabilityNotFound || !strings.Contains(env.Error.Message, "WithProtoFiles") {
 		t.Errorf("ran=%t err=%v", ran, err)
 	}
-	if eng.Governs("/agentsafe.test.v1.TestService/Ungoverned") {
+	if adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Ungoverned").Governed() {
 		t.Error("a method without the option must still pass through")
 	}
 }

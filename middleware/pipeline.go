@@ -4,101 +4,60 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	retry "github.com/sethvargo/go-retry"
 )
-
-// Call is one incoming call, as an adapter hands it to the engine.
-type Call struct {
-	// Procedure names the capability: "/package.Service/Method" for RPC
-	// frameworks, the registered name for net/http routes.
-	Procedure string
-	// Input is the call's input in bindable form, used for the input digest
-	// (events and approvals). Nil means there is nothing to bind.
-	Input Input
-	// ApprovalID is the raw value of the Agentsafe-Approval-Id request
-	// header, or empty.
-	ApprovalID string
-}
-
-// AttemptFunc runs one attempt. ctx carries the attempt's deadline and the
-// execution (see [ExecutionFromContext]); the returned value is handed back
-// from [Engine.Execute] only if this attempt is the one finalized. Each call
-// must use its own copy of the input and its own sink for response headers:
-// an abandoned attempt may still be running while the next one starts.
-type AttemptFunc func(ctx context.Context) (any, error)
 
 // errAttemptTimeout is the cause an attempt's own timer cancels it with, so
 // that context.Cause tells a timeout from the caller leaving.
 var errAttemptTimeout = errors.New("agentsafe: attempt timed out")
 
-// Execute governs one call: it opens an execution, runs attempts of fn under
-// the capability's timeout and retry rules, and finalizes exactly once. It
-// returns the value the finalized attempt returned (also when it returned
-// an error with it, so an adapter can write that attempt's own response;
-// nil when no attempt returned in time or none ran), the envelope, and, on
-// failure, an *[Error] whose Cause is what the handler returned.
-//
-// A procedure the engine does not govern (see [Engine.Governs]) passes
-// through: fn runs once on ctx and the envelope is the zero value.
-func (e *Engine) Execute(ctx context.Context, call Call, fn AttemptFunc) (any, Envelope, error) {
-	if fn == nil {
-		return nil, Envelope{}, &Error{Code: CodeInvalidArgument, Message: "agentsafe: Execute needs a non-nil AttemptFunc"}
-	}
-	c, ok := e.caps[call.Procedure]
-	if !ok {
-		if !e.Governs(call.Procedure) {
-			return passThrough(ctx, fn)
-		}
-		c = &capability{procedure: call.Procedure}
-	}
-	x := e.open(ctx, call, c, false)
-	if !ok {
-		return x.finish(nil, e.notFound(call.Procedure))
+// execute governs one call of c's procedure: it opens an execution, runs
+// attempts of fn under the capability's timeout and retry rules, and
+// finalizes exactly once (see route.Execute).
+func (e *Engine) execute(ctx context.Context, proc string, c *capability, call *seam.Call, fn seam.Attempt) (any, Envelope, error) {
+	x := e.open(ctx, proc, call, c, false)
+	if c == nil {
+		x.requested()
+		return x.finish(nil, e.notFound(proc))
 	}
 	if err := x.admit(); err != nil {
 		return x.finish(nil, err)
 	}
-	x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})
-	v, env, err := x.finish(x.loop(fn))
-	reraiseAbort(err)
-	return v, env, err
-}
-
-// reraiseAbort re-raises http.ErrAbortHandler on the serving goroutine once
-// the execution is finalized: a handler panics with it to abort the
-// response on purpose, and only the server may recover it.
-func reraiseAbort(err error) {
-	if p, ok := errors.AsType[*PanicError](err); ok && p.Value == http.ErrAbortHandler {
-		panic(http.ErrAbortHandler)
+	if x.consumed && x.ctx.Err() != nil {
+		// The caller left between the consumption and the first attempt:
+		// nothing ran, so the approval is given back.
+		x.consumed = false
+		x.e.release(x.ctx, x.approvalID, x.id)
+		return x.finish(nil, x.cancelled())
 	}
+	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})); err != nil {
+		if x.consumed { // nothing ran: the approval is given back
+			x.consumed = false
+			x.e.release(x.ctx, x.approvalID, x.id)
+		}
+		return x.finish(nil, err)
+	}
+	return x.finish(x.loop(fn))
 }
 
-// Refuse records a governed call that its adapter cannot even hand to the
-// engine — its input could not be read, for example a body over the
-// adapter's limit — as an execution finalized at once with err: the caller
-// still gets an execution id, and the audit trail shows the refusal.
-// Nothing runs. A procedure the engine does not govern gets a zero
-// envelope and err back.
-func (e *Engine) Refuse(ctx context.Context, call Call, err *Error) (Envelope, error) {
+// refuse records a governed call that its adapter cannot even hand to the
+// engine as an execution finalized at once with err (see route.Refuse).
+func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call *seam.Call, err *Error) (Envelope, error) {
 	if err == nil {
 		err = &Error{Code: CodeInvalidArgument, Message: "the call was refused"}
 	}
-	c, ok := e.caps[call.Procedure]
-	if !ok {
-		if !e.Governs(call.Procedure) {
-			return Envelope{}, err
-		}
-		c = &capability{procedure: call.Procedure}
-	}
-	call.Input = nil // nothing was read to bind
-	_, env, ferr := e.open(ctx, call, c, false).finish(nil, err)
+	x := e.open(ctx, proc, &seam.Call{ApprovalID: call.ApprovalID, Surface: call.Surface}, c, false) // nothing was read to bind
+	x.requested()
+	_, env, ferr := x.finish(nil, err)
 	return env, ferr
 }
 
@@ -110,18 +69,14 @@ func (e *Engine) notFound(procedure string) *Error {
 	return &Error{Code: CodeCapabilityNotFound, Message: fmt.Sprintf("no capability is registered for %q", procedure)}
 }
 
-func passThrough(ctx context.Context, fn AttemptFunc) (any, Envelope, error) {
-	v, err := fn(ctx)
-	return v, Envelope{}, err
-}
-
 // execution is the state of one governed call. Only the goroutine running
 // Execute writes it after open; attempt goroutines read what was written
 // before they started.
 type execution struct {
 	e              *Engine
 	cap            *capability
-	call           Call
+	proc           string
+	call           *seam.Call
 	ctx            context.Context // the caller's, with the tracer's values
 	sinkCtx        context.Context // ctx, never cancelled
 	id             string
@@ -131,12 +86,19 @@ type execution struct {
 	digest         string // plain, for approvals
 	eventDigest    string // keyed when configured
 	approvalID     string
-	approval       *ApprovalInfo
-	consumed       bool           // an approval was consumed: its outcome is recorded
+	approval       *store.ConsumedApproval
+	consumed       bool // an approval was consumed: its outcome is recorded
+	streaming      bool
 	endTrace       func(Envelope) // the tracer's, or nil
 	start          time.Time
 	attempts       int
 	finalized      atomic.Bool
+	// mu guards final and last: whether finish has run, and the latest
+	// attempt, so that an attempt left running at finalization records its
+	// own result in the approval record exactly once.
+	mu    sync.Mutex
+	final bool
+	last  *attempt
 	// emitting admits one sink delivery at a time per execution, in order.
 	// A channel, not a sync.Mutex: a goroutine waiting on a channel is
 	// durably blocked for testing/synctest, one waiting on a mutex is not.
@@ -144,55 +106,113 @@ type execution struct {
 	first    attempt // attempt 1 lives here: one allocation less
 }
 
-// open is stage 2: ids, the actor, the digest when someone will read it,
-// the tracer's context, and the requested event.
-func (e *Engine) open(ctx context.Context, call Call, c *capability, streaming bool) *execution {
-	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now()}
-	if e.cfg.newID == nil {
-		x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
-	} else {
-		x.id, x.idempotencyKey = e.cfg.newID(executionIDPrefix), e.cfg.newID(idempotencyKeyPrefix)
+// open starts stage 2: the execution's ids and its actor. Nothing is
+// emitted yet: admit decides when the trail starts.
+func (e *Engine) open(ctx context.Context, proc string, call *seam.Call, c *capability, streaming bool) *execution {
+	if c == nil { // a governed call with no capability: only refused
+		c = &capability{procedure: proc}
 	}
+	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
+	x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
 	if f := e.cfg.actor; f != nil {
 		x.actor, x.actorErr = f(ctx)
 	}
-	if (len(e.sinks) > 0 || e.cfg.tracer != nil) && call.Input != nil {
-		if d, err := call.Input.digest(call.Procedure); err == nil {
-			x.digest = d
-			x.eventDigest = e.keyedDigest(d)
-		}
-	}
-	x.startTracing(streaming)
-	if len(e.sinks) > 0 {
-		x.sinkCtx = context.WithoutCancel(x.ctx)
+	if e.observed {
 		x.emitting = make(chan struct{}, 1)
 	}
-	x.emit(Event{Type: EventRequested})
 	return x
 }
 
-// admit runs the checks between opening and the first attempt: a caller
-// already gone, the approval header, the actor, the abandoned-attempt cap
-// and the approval gate. Nothing has run when it refuses.
+// admit runs the rest of stage 2, then the approval gate (stage 3). In
+// order: a caller already gone; the cheap checks (the approval header, the
+// actor, the abandoned-attempt cap); binding the input, only when
+// something needs its digest; capability.requested (with the digest, or
+// without it at a refusal before the binding); the approval condition,
+// which may read the input only once it is known to bind; the gate.
+// Nothing has run when it refuses.
 func (x *execution) admit() *Error {
 	if x.ctx.Err() != nil {
+		x.requested()
 		return x.cancelled()
 	}
-	if x.call.ApprovalID != "" && !ValidApprovalID(x.call.ApprovalID) {
-		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed Agentsafe-Approval-Id header: want \"apr_\" and 32 lowercase hex digits, got %d characters", len(x.call.ApprovalID))}
+	if err := x.cheapChecks(); err != nil {
+		x.requested()
+		return err
+	}
+	if err := x.bind(); err != nil {
+		x.requested()
+		return err
+	}
+	if err := x.requested(); err != nil {
+		return err
+	}
+	required, reason, err := x.approvalRequired()
+	if err != nil {
+		return err
+	}
+	if !required {
+		return nil
+	}
+	// Last: an approval consumed here must be followed by an attempt.
+	return x.gate(reason)
+}
+
+// cheapChecks is stage 2a: what costs nothing to refuse.
+func (x *execution) cheapChecks() *Error {
+	if x.call.ApprovalID != "" && !store.ValidApprovalID(x.call.ApprovalID) {
+		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", seam.HeaderApprovalID, len(x.call.ApprovalID))}
 	}
 	if x.actorErr != nil {
 		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: x.actorErr}
 	}
 	if x.cap.abandoned.Load() >= int64(x.e.cfg.maxAbandoned) {
-		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.call.Procedure)}
+		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.proc)}
 	}
-	// Last: an approval consumed here must be followed by an attempt.
-	return x.gate()
+	return nil
+}
+
+// bind is stage 2b: the I-JSON check and the input digest, computed only
+// when something needs them. An input that cannot be bound is refused when
+// the call's safety depends on it (an approval, or a condition that reads
+// the input); for events alone it is just left without a digest.
+func (x *execution) bind() *Error {
+	strict := x.cap.Approval.Required || x.e.cfg.condition != nil
+	if x.call.Input == nil || x.streaming || !(strict || x.e.observed || x.e.cfg.tracer != nil) {
+		return nil
+	}
+	d, err := x.call.Input.Digest(x.proc)
+	if err != nil {
+		if strict {
+			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
+		}
+		return nil
+	}
+	x.digest, x.eventDigest = d, x.e.keyedDigest(d)
+	return nil
+}
+
+// requested starts the execution's trail and its trace, once the digest is
+// known (or known not to come). It fails when the strict audit sink did not
+// record the request: then nothing may run.
+func (x *execution) requested() *Error {
+	x.startTracing(x.streaming)
+	if x.e.observed {
+		x.sinkCtx = context.WithoutCancel(x.ctx)
+	}
+	return x.unaudited(x.emit(Event{Type: EventRequested}))
+}
+
+// unaudited is the error of an execution whose strict audit sink failed:
+// no record, no effect.
+func (x *execution) unaudited(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: CodeAuditUnavailable, Message: "the audit trail could not record the call; nothing ran", Retryable: true, Cause: err}
 }
 
 // loop is stage 5, the only stage that retries.
-func (x *execution) loop(fn AttemptFunc) (any, *Error) {
+func (x *execution) loop(fn seam.Attempt) (any, *Error) {
 	var backoff retry.Backoff
 	for n := 1; ; n++ {
 		a := x.startAttempt(n, fn)
@@ -229,7 +249,7 @@ func (x *execution) loop(fn AttemptFunc) (any, *Error) {
 // backoff against the caller's deadline.
 func (x *execution) retryEligible(err *Error, n int) bool {
 	c := x.cap
-	if n > c.Retry.MaxAttempts || !err.Retryable || err.Code == CodeCancelled {
+	if n > c.Retry.MaxRetries || !err.Retryable || err.Code == CodeCancelled {
 		return false
 	}
 	// The retry-safety rule, again at run time: never trust that
@@ -324,8 +344,12 @@ type attempt struct {
 	n         int
 	state     atomic.Int32
 	res       chan attemptResult
-	abandoned bool                 // set by the Execute goroutine only
-	endTrace  func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
+	abandoned bool // set by the Execute goroutine only
+	// late is an abandoned attempt's own result, once it returned late
+	// (returnedLate); guarded by the execution's mu.
+	late         Code
+	returnedLate bool
+	endTrace     func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
 }
 
 type attemptKey struct{}
@@ -347,9 +371,13 @@ type attemptResult struct {
 	v     any
 	err   error
 	panic *PanicError
+	// ctxEnded: the attempt's context had ended when the handler returned
+	// (read on the attempt's goroutine: the engine cancels the context
+	// once the result is delivered).
+	ctxEnded bool
 }
 
-func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
+func (x *execution) startAttempt(n int, fn seam.Attempt) *attempt {
 	a := &x.first
 	if n > 1 {
 		a = new(attempt)
@@ -360,6 +388,9 @@ func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
 	a.Context, a.cancel = context.WithTimeoutCause(x.attemptParent(a), x.cap.timeout, errAttemptTimeout)
 	a.res = make(chan attemptResult, 1)
 	x.attempts = n
+	x.mu.Lock()
+	x.last = a
+	x.mu.Unlock()
 	go a.run(fn)
 	return a
 }
@@ -368,7 +399,7 @@ func (x *execution) startAttempt(n int, fn AttemptFunc) *attempt {
 // state out of running first owns the outcome: this goroutine (the result
 // is delivered) or the Execute goroutine (the attempt was abandoned and the
 // result is reported, never used).
-func (a *attempt) run(fn AttemptFunc) {
+func (a *attempt) run(fn seam.Attempt) {
 	var r attemptResult
 	defer func() {
 		if p := recover(); p != nil {
@@ -381,11 +412,18 @@ func (a *attempt) run(fn AttemptFunc) {
 		a.cancel()
 	}()
 	r.v, r.err = fn(a)
+	r.ctxEnded = a.Err() != nil
 }
 
 func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 	x.cap.abandoned.Add(-1)
-	if r.panic == nil && isContextError(r.err) {
+	if errors.Is(r.err, seam.ErrNoResponse) {
+		r.err = nil // late, an implicit success is a success: it may have had an effect
+	}
+	if x.consumed {
+		x.lateReturn(a, x.lateCode(a, r))
+	}
+	if r.panic == nil && x.stopped(r.err) {
 		return // it stopped because its context ended: nothing landed late that it knows of
 	}
 	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID}
@@ -393,6 +431,32 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 		ev.Error = x.e.redact(r.err)
 	}
 	x.emit(ev)
+}
+
+// lateCode is the code an abandoned attempt's own result stands for.
+func (x *execution) lateCode(a *attempt, r attemptResult) Code {
+	switch {
+	case r.panic != nil:
+		return CodeExecutionFailed
+	case r.err == nil:
+		return CodeOK
+	case x.stopped(r.err):
+		return x.contextError(a).Code
+	}
+	return CodeOf(r.err)
+}
+
+// lateReturn hands an abandoned attempt's result to the approval record:
+// recorded now if the execution has finalized with this attempt left
+// running (its record says in_doubt), else kept for finish to record.
+func (x *execution) lateReturn(a *attempt, code Code) {
+	x.mu.Lock()
+	a.late, a.returnedLate = code, true
+	record := x.final && x.last == a
+	x.mu.Unlock()
+	if record {
+		x.recordLate(code)
+	}
 }
 
 // await returns when the attempt returns or its context ends, whichever is
@@ -423,17 +487,24 @@ func (x *execution) await(a *attempt) (any, *Error) {
 
 // settle turns an attempt's own result into the engine's terms.
 func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
-	ctxEnded := a.Err() != nil
+	ctxEnded := r.ctxEnded
 	a.cancel()
 	switch {
 	case r.panic != nil:
-		return nil, &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Cause: r.panic}
+		return nil, &Error{Code: CodeExecutionFailed, Message: concealedMessage, Cause: r.panic}
 	case r.err == nil:
 		return r.v, nil
-	case ctxEnded && isContextError(r.err):
-		return nil, x.contextError(a) // the handler honoured its context
+	case errors.Is(r.err, seam.ErrNoResponse):
+		if ctxEnded {
+			return nil, x.contextError(a) // it gave up when told to
+		}
+		return r.v, nil // an implicit success
+	case ctxEnded && x.stopped(r.err):
+		// The handler honoured its context, or its framework answered for
+		// it: the engine classifies by the context's cause.
+		return nil, x.contextError(a)
 	}
-	out := &Error{Code: CodeExecutionFailed, Message: ConcealedMessage, Retryable: x.e.classify(r.err), Cause: r.err}
+	out := &Error{Code: CodeExecutionFailed, Message: concealedMessage, Retryable: x.e.classify(r.err), Cause: r.err}
 	if declared, ok := errors.AsType[*Error](r.err); ok {
 		if declared.Code != CodeOK {
 			out.Code = declared.Code
@@ -441,8 +512,34 @@ func (x *execution) settle(a *attempt, r attemptResult) (any, *Error) {
 		if declared.Message != "" {
 			out.Message = declared.Message
 		}
+	} else if code, msg, ok := x.status(r.err); ok {
+		// A framework's own error passes to the wire unchanged; the
+		// envelope says what its message says, and Unavailable is
+		// transient.
+		out.Message, out.own = msg, true
+		out.Retryable = out.Retryable || code == seam.CodeUnavailable
 	}
 	return r.v, out // the value too: adapters write a failed attempt's own response
+}
+
+// status asks the adapter whether err is one of its framework's own
+// errors, and its canonical code.
+func (x *execution) status(err error) (code uint32, message string, ok bool) {
+	if x.call.Status == nil {
+		return 0, "", false
+	}
+	return x.call.Status(err)
+}
+
+// stopped reports whether err says the handler stopped because its context
+// ended: the context's own error, or a framework's cancel or deadline
+// status (which does not wrap it).
+func (x *execution) stopped(err error) bool {
+	if isContextError(err) {
+		return true
+	}
+	code, _, ok := x.status(err)
+	return ok && (code == seam.CodeCanceled || code == seam.CodeDeadlineExceeded)
 }
 
 func isContextError(err error) bool {
@@ -458,8 +555,19 @@ func (x *execution) contextError(a *attempt) *Error {
 	return x.cancelled()
 }
 
+// cancelled is the caller leaving. When its own deadline passed, the cause
+// says so (context.DeadlineExceeded is in its chain) even under a custom
+// cause: the wire reports it as every gRPC server does, DeadlineExceeded.
 func (x *execution) cancelled() *Error {
-	return &Error{Code: CodeCancelled, Message: "the caller cancelled the call", Cause: context.Cause(x.ctx)}
+	cause := context.Cause(x.ctx)
+	if errors.Is(x.ctx.Err(), context.DeadlineExceeded) && !errors.Is(cause, context.DeadlineExceeded) {
+		cause = fmt.Errorf("%w: %w", context.DeadlineExceeded, cause)
+	}
+	msg := "the caller cancelled the call"
+	if errors.Is(cause, context.DeadlineExceeded) {
+		msg = "the caller's deadline passed"
+	}
+	return &Error{Code: CodeCancelled, Message: msg, Cause: cause}
 }
 
 // finish is stage 6 and 7: the one place an envelope is built. The guard
@@ -470,7 +578,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	}
 	env := Envelope{
 		ExecutionID: x.id,
-		Procedure:   x.call.Procedure,
+		Procedure:   x.proc,
 		Status:      StatusCompleted,
 		Attempts:    x.attempts,
 		Duration:    x.e.cfg.now().Sub(x.start),
@@ -479,13 +587,13 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	code := CodeOK
 	if err != nil {
 		code = err.Code
-		env.Status = StatusOf(code)
+		env.Status = code.Status()
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
 	}
 	if x.consumed {
 		x.recordOutcome(code)
 	}
-	if len(x.e.sinks) > 0 {
+	if x.e.observed {
 		x.emit(x.finalEvent(env, err))
 	}
 	if x.endTrace != nil {
@@ -498,10 +606,11 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 }
 
 // callerRetryable narrows a runtime-retryable error to "safe for the caller
-// to re-invoke": a re-invocation runs under a new idempotency key, so only
-// reads and declared-idempotent capabilities qualify.
+// to re-invoke": a re-invocation runs under a new idempotency key, so it is
+// safe when nothing ran yet, or for reads and declared-idempotent
+// capabilities.
 func (x *execution) callerRetryable(err *Error) bool {
-	return err.Retryable && (!x.cap.SideEffect.WriteLike() || x.cap.Idempotent)
+	return err.Retryable && (x.attempts == 0 || !x.cap.SideEffect.WriteLike() || x.cap.Idempotent)
 }
 
 func (x *execution) finalEvent(env Envelope, err *Error) Event {
@@ -525,23 +634,28 @@ func (x *execution) finalEvent(env Envelope, err *Error) Event {
 	return ev
 }
 
-// emit fills the execution's common fields and hands ev to every sink.
-func (x *execution) emit(ev Event) {
-	if len(x.e.sinks) == 0 {
-		return
+// emit fills the execution's common fields and hands ev to every sink's
+// queue; the strict audit sink receives capability.requested and
+// capability.started synchronously, and its error is returned: nothing may
+// run on an event that was not recorded.
+func (x *execution) emit(ev Event) error {
+	if !x.e.observed {
+		return nil
 	}
 	ev.Time = x.e.cfg.now()
 	ev.ExecutionID = x.id
-	ev.Procedure = x.call.Procedure
-	ev.Actor = x.actor.Ref()
+	ev.Procedure = x.proc
+	ev.Actor = ref(x.actor)
 	ev.InputDigest = x.eventDigest
 	ev.SideEffect = x.cap.SideEffect
 	ev.Risk = x.cap.Risk
 	// A late attempt's abandoned_result is emitted from its own goroutine:
-	// the lock keeps every execution's events delivered one at a time.
+	// the lock keeps each execution's events queued in order.
 	x.emitting <- struct{}{}
 	defer func() { <-x.emitting }()
-	for _, s := range x.e.sinks {
-		s.deliver(x.sinkCtx, ev)
+	if ev.Type == EventRequested || ev.Type == EventStarted {
+		return x.e.deliverAudited(x.sinkCtx, ev)
 	}
+	x.e.deliver(x.sinkCtx, ev)
+	return nil
 }

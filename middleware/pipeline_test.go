@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 func TestSuccessReturnsValueAndCompletedEnvelope(t *testing.T) {
@@ -26,7 +27,7 @@ func TestSuccessReturnsValueAndCompletedEnvelope(t *testing.T) {
 }
 
 func TestAttemptTimeoutIsTimeoutAndCallerCancelIsCancelled(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 100*time.Millisecond))
 		honour := func(ctx context.Context) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
 
@@ -69,7 +70,7 @@ func TestAlreadyCancelledCallerRunsNothing(t *testing.T) {
 }
 
 func TestIgnoredContextReportsTimeoutAtDeadlineAndDiscardsLateResult(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 100*time.Millisecond))
 		start := time.Now()
 		v, env, err := f.run(t.Context(), procRead, func(context.Context) (any, error) {
@@ -94,7 +95,7 @@ func TestIgnoredContextReportsTimeoutAtDeadlineAndDiscardsLateResult(t *testing.
 }
 
 func TestTimedOutReadRetriesUnderAFreshTimer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(1, 100*time.Millisecond))
 		var deadlines []time.Duration
 		var calls atomic.Int32
@@ -124,7 +125,7 @@ func TestTimedOutReadRetriesUnderAFreshTimer(t *testing.T) {
 }
 
 func TestTimedOutWriteIsNotRetried(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: 100 * time.Millisecond})
 		var runs atomic.Int32
 		_, env, err := f.run(t.Context(), procWrite, func(ctx context.Context) (any, error) {
@@ -148,17 +149,17 @@ func TestWriteLikeRetriedOnlyWhenIdempotentAndConfigured(t *testing.T) {
 		cap      middleware.Capability
 		wantRuns int32
 	}{
-		{"read with retry", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}, 3},
-		{"none with retry", middleware.Capability{SideEffect: middleware.SideEffectNone, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}, 2},
-		{"idempotent write with retry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}, 2},
-		{"idempotent destructive with retry", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}, 3},
-		{"idempotent external with retry", middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}, 2},
+		{"read with retry", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}, 3},
+		{"none with retry", middleware.Capability{SideEffect: middleware.SideEffectNone, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}, 2},
+		{"idempotent write with retry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}, 2},
+		{"idempotent destructive with retry", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Idempotent: true, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}, 3},
+		{"idempotent external with retry", middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}, 2},
 		{"idempotent write without retry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true}, 1},
 		{"plain write", middleware.Capability{SideEffect: middleware.SideEffectWrite}, 1},
 		{"read without retry", middleware.Capability{SideEffect: middleware.SideEffectRead}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
 				f := newFixture(t, procWrite, tc.cap)
 				var runs atomic.Int32
 				_, env, err := f.run(t.Context(), procWrite, func(context.Context) (any, error) {
@@ -174,15 +175,15 @@ func TestWriteLikeRetriedOnlyWhenIdempotentAndConfigured(t *testing.T) {
 	}
 }
 
-func TestMaxAttemptsCountsReattemptsAfterTheFirst(t *testing.T) {
+func TestMaxRetriesCountsReattemptsAfterTheFirst(t *testing.T) {
 	for retries := range 4 {
-		t.Run(fmt.Sprint("MaxAttempts=", retries), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+		t.Run(fmt.Sprint("MaxRetries=", retries), func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
 				f := newFixture(t, procRead, read(retries, time.Second))
 				var runs atomic.Int32
 				_, env, _ := f.run(t.Context(), procRead, func(context.Context) (any, error) { runs.Add(1); return nil, errTransient })
 				if int(runs.Load()) != retries+1 || env.Attempts != retries+1 {
-					t.Fatalf("MaxAttempts %d ran %d times, want %d", retries, runs.Load(), retries+1)
+					t.Fatalf("MaxRetries %d ran %d times, want %d", retries, runs.Load(), retries+1)
 				}
 				if ev := f.final(env.ExecutionID); ev.Attempts != retries+1 || ev.Code != middleware.CodeExecutionFailed || !ev.Retryable {
 					t.Errorf("failed event %+v, want attempts %d, EXECUTION_FAILED, retryable", ev, retries+1)
@@ -232,7 +233,7 @@ func TestRetryOnVetoAndPanicStopRetries(t *testing.T) {
 }
 
 func TestIDsStableAcrossAttemptsAndUniqueAcrossExecutions(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(2, time.Second))
 		c := newCounter()
 		fn := func(ctx context.Context) (any, error) { c.note(ctx); return nil, errTransient }
@@ -271,7 +272,7 @@ func TestPanicBecomesConcealedExecutionFailed(t *testing.T) {
 		panic("secret database password in a panic")
 	})
 	wantCode(t, env, err, middleware.CodeExecutionFailed)
-	if env.Error.Message != middleware.ConcealedMessage || env.Error.Retryable || runs.Load() != 1 {
+	if env.Error.Message != adapter.ConcealedMessage || env.Error.Retryable || runs.Load() != 1 {
 		t.Fatalf("panic envelope %+v after %d runs; want concealed, not retryable, one run", env.Error, runs.Load())
 	}
 	var pe *middleware.PanicError
@@ -287,7 +288,7 @@ func TestPanicBecomesConcealedExecutionFailed(t *testing.T) {
 func TestPlainErrorsAreConcealedAndDeclaredErrorsKept(t *testing.T) {
 	f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite})
 	_, env, err := f.run(t.Context(), procWrite, func(context.Context) (any, error) { return nil, errors.New("pq: connection to 10.0.0.7 refused") })
-	if env.Error.Message != middleware.ConcealedMessage {
+	if env.Error.Message != adapter.ConcealedMessage {
 		t.Errorf("plain error reached the envelope: %q", env.Error.Message)
 	}
 	if ev := f.final(env.ExecutionID); ev.Error != "pq: connection to 10.0.0.7 refused" {
@@ -305,7 +306,7 @@ func TestPlainErrorsAreConcealedAndDeclaredErrorsKept(t *testing.T) {
 }
 
 func TestCancellationDuringBackoffIsTerminal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := read(5, time.Second)
 		c.Retry.Backoff = time.Minute
 		f := newFixture(t, procRead, c)
@@ -323,7 +324,7 @@ func TestCancellationDuringBackoffIsTerminal(t *testing.T) {
 }
 
 func TestNoRetryWhenTheCallerDeadlineEndsBeforeTheBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := read(5, time.Second)
 		c.Retry.Backoff = time.Minute
 		f := newFixture(t, procRead, c)
@@ -339,7 +340,7 @@ func TestNoRetryWhenTheCallerDeadlineEndsBeforeTheBackoff(t *testing.T) {
 }
 
 func TestBackoffIsExponentialFromTheBase(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := read(3, time.Second)
 		c.Retry.Backoff = 100 * time.Millisecond
 		f := newFixture(t, procRead, c)
@@ -355,9 +356,9 @@ func TestBackoffIsExponentialFromTheBase(t *testing.T) {
 }
 
 func TestWriteReattemptNeverOverlapsThePreviousAttempt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 100 * time.Millisecond,
-			Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}
+			Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}
 		f := newFixture(t, procIdemWrite, c)
 		var running, maxRunning, runs atomic.Int32
 		_, env, err := f.run(t.Context(), procIdemWrite, func(ctx context.Context) (any, error) {
@@ -383,9 +384,9 @@ func TestWriteReattemptNeverOverlapsThePreviousAttempt(t *testing.T) {
 }
 
 func TestWriteEndsTimeoutWhenTheAbandonedAttemptNeverReturns(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 100 * time.Millisecond,
-			Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}}
+			Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}}
 		f := newFixture(t, procIdemWrite, c)
 		var runs atomic.Int32
 		start := time.Now()
@@ -406,7 +407,7 @@ func TestWriteEndsTimeoutWhenTheAbandonedAttemptNeverReturns(t *testing.T) {
 }
 
 func TestReadsMayOverlapAnAbandonedAttempt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(1, 100*time.Millisecond))
 		var runs atomic.Int32
 		start := time.Now()
@@ -425,8 +426,8 @@ func TestReadsMayOverlapAnAbandonedAttempt(t *testing.T) {
 }
 
 func TestAbandonedAttemptsAreCapped(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, procRead, read(0, 10*time.Millisecond), middleware.WithMaxAbandoned(2))
+	inBubble(t, func(t *testing.T) {
+		f := newFixture(t, procRead, read(0, 10*time.Millisecond), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: 2}))
 		release := make(chan struct{})
 		hang := func(context.Context) (any, error) { <-release; return nil, nil }
 		for range 2 {
@@ -447,7 +448,7 @@ func TestAbandonedAttemptsAreCapped(t *testing.T) {
 }
 
 func TestHandlerCtxErrorIsClassifiedByCause(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		f := newFixture(t, procRead, read(0, 50*time.Millisecond))
 		_, env, err := f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
 			<-ctx.Done()

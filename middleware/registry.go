@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -29,7 +30,11 @@ func NewRegistry() *Registry { return &Registry{} }
 
 // Register adds the capability of procedure and returns r, so registrations
 // chain. Procedure names are "/package.Service/Method" for RPC frameworks
-// and any name the application chooses for net/http routes.
+// (a name of that shape must name a method of the descriptors the engine
+// knows, leading slash included: [New] refuses a typo rather than leave the
+// method ungoverned) and any other name the application chooses for
+// net/http routes. The registry is read once, by New: registering after
+// that has no effect on the engine.
 func (r *Registry) Register(procedure string, c Capability) *Registry {
 	r.entries = append(r.entries, registryEntry{procedure, c})
 	return r
@@ -77,7 +82,8 @@ func (v *ValidationError) Unwrap() []error {
 // FieldError is one problem with one field of one procedure's capability.
 type FieldError struct {
 	Procedure string
-	// Source says where the capability came from: "registry" or "option".
+	// Source says where the capability came from: "registry" or "option";
+	// "engine" for what the engine's configuration lacks for it.
 	Source  string
 	Field   string
 	Problem string
@@ -104,20 +110,55 @@ func validate(procedure, source string, c Capability, problems []*FieldError) []
 	if c.Timeout < 0 {
 		add("Timeout", "must not be negative (got %s)", c.Timeout)
 	}
-	if c.Retry.MaxAttempts < 0 {
-		add("Retry.MaxAttempts", "must not be negative (got %d)", c.Retry.MaxAttempts)
+	if c.Retry.MaxRetries < 0 {
+		add("Retry.MaxRetries", "must not be negative (got %d)", c.Retry.MaxRetries)
 	}
 	if c.Retry.Backoff < 0 {
 		add("Retry.Backoff", "must not be negative (got %s)", c.Retry.Backoff)
 	}
+	if c.Dedup < 0 {
+		add("Dedup", "must not be negative (got %s)", c.Dedup)
+	}
+	for _, s := range c.Exposure {
+		if !s.valid() {
+			add("Exposure", "must list rpc, http or mcp (got %s)", s)
+		}
+	}
+	if c.Approval.Quorum < 0 {
+		add("Approval.Quorum", "must not be negative (got %d)", c.Approval.Quorum)
+	}
 	if c.Approval.ExpiresIn < 0 {
 		add("Approval.ExpiresIn", "must not be negative (got %s)", c.Approval.ExpiresIn)
 	}
-	if c.Retry.MaxAttempts > 0 && c.SideEffect.WriteLike() && !c.Idempotent {
-		add("Retry.MaxAttempts", "side effect %s is write-like: it may only be retried when declared Idempotent (got MaxAttempts %d without Idempotent)", c.SideEffect, c.Retry.MaxAttempts)
+	if c.Retry.MaxRetries > 0 && c.SideEffect.WriteLike() && !c.Idempotent {
+		add("Retry.MaxRetries", "side effect %s is write-like: it may only be retried when declared Idempotent (got MaxRetries %d without Idempotent)", c.SideEffect, c.Retry.MaxRetries)
 	}
 	if c.Approval.Required && c.Streaming {
 		add("Approval.Required", "a streaming procedure cannot require approval: an approval binds one input")
+	}
+	return problems
+}
+
+// rpcName matches the procedure names of RPC frameworks, with or without
+// their leading slash; every other name is a net/http route name.
+var rpcName = regexp.MustCompile(`^/?[A-Za-z_]\w*(\.[A-Za-z_]\w*)+/[A-Za-z_]\w*$`)
+
+// checkName reports a registry name that looks like an RPC name but could
+// never match a call: a typo must never leave a method ungoverned. With
+// known == nil (WithProtoFiles(nil)) existence is not checked.
+func checkName(procedure string, known map[string]bool, problems []*FieldError) []*FieldError {
+	if !rpcName.MatchString(procedure) {
+		return problems
+	}
+	add := func(format string, args ...any) {
+		problems = append(problems, &FieldError{procedure, "registry", "Procedure", fmt.Sprintf(format, args...)})
+	}
+	if !strings.HasPrefix(procedure, "/") {
+		add("an RPC procedure name starts with a slash: register %q", "/"+procedure)
+		return problems
+	}
+	if known != nil && !known[procedure] {
+		add("names no method of the protobuf descriptors the engine knows: check the spelling, link the service's generated package, or pass its files with WithProtoFiles")
 	}
 	return problems
 }
@@ -139,6 +180,7 @@ func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, err
 				continue
 			}
 			seen[e.procedure] = true
+			problems = checkName(e.procedure, found.methods, problems)
 			c := e.cap
 			if found.streaming[e.procedure] {
 				c.Streaming = true // the descriptor knows; a Go value cannot say "unset"

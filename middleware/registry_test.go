@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
@@ -14,20 +15,20 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 		Register("/s.V1/Unspecified", middleware.Capability{}).
 		Register("/s.V1/UnknownSideEffect", middleware.Capability{SideEffect: middleware.SideEffect(42)}).
 		Register("/s.V1/UnknownRisk", middleware.Capability{SideEffect: middleware.SideEffectRead, Risk: middleware.Risk(9)}).
-		Register("/s.V1/RetriedWrite", middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxAttempts: 1}}).
-		Register("/s.V1/RetriedDestructive", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Retry: middleware.Retry{MaxAttempts: 2}}).
-		Register("/s.V1/RetriedExternal", middleware.Capability{SideEffect: middleware.SideEffectExternal, Retry: middleware.Retry{MaxAttempts: 3}}).
+		Register("/s.V1/RetriedWrite", middleware.Capability{SideEffect: middleware.SideEffectWrite, Retry: middleware.Retry{MaxRetries: 1}}).
+		Register("/s.V1/RetriedDestructive", middleware.Capability{SideEffect: middleware.SideEffectDestructive, Retry: middleware.Retry{MaxRetries: 2}}).
+		Register("/s.V1/RetriedExternal", middleware.Capability{SideEffect: middleware.SideEffectExternal, Retry: middleware.Retry{MaxRetries: 3}}).
 		Register("/s.V1/NegativeTimeout", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: -time.Second}).
-		Register("/s.V1/NegativeAttempts", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: -1}}).
+		Register("/s.V1/NegativeAttempts", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: -1}}).
 		Register("/s.V1/NegativeBackoff", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{Backoff: -time.Millisecond}}).
 		Register("/s.V1/NegativeExpiry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, ExpiresIn: -time.Minute}}).
 		Register("/s.V1/GatedStream", middleware.Capability{SideEffect: middleware.SideEffectWrite, Streaming: true, Approval: middleware.Approval{Required: true}}).
 		Register("", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
-		Register("/s.V1/Fine", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1}})
+		Register("/s.V1/Fine", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1}})
 
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
 	if eng != nil || err == nil {
 		t.Fatal("New accepted invalid metadata")
 	}
@@ -35,11 +36,11 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 		{"/s.V1/Unspecified", "SideEffect", "never inferred"},
 		{"/s.V1/UnknownSideEffect", "SideEffect", "SideEffect(42)"},
 		{"/s.V1/UnknownRisk", "Risk", "Risk(9)"},
-		{"/s.V1/RetriedWrite", "Retry.MaxAttempts", "side effect write is write-like: it may only be retried when declared Idempotent"},
-		{"/s.V1/RetriedDestructive", "Retry.MaxAttempts", "side effect destructive is write-like"},
-		{"/s.V1/RetriedExternal", "Retry.MaxAttempts", "side effect external is write-like"},
+		{"/s.V1/RetriedWrite", "Retry.MaxRetries", "side effect write is write-like: it may only be retried when declared Idempotent"},
+		{"/s.V1/RetriedDestructive", "Retry.MaxRetries", "side effect destructive is write-like"},
+		{"/s.V1/RetriedExternal", "Retry.MaxRetries", "side effect external is write-like"},
 		{"/s.V1/NegativeTimeout", "Timeout", "must not be negative"},
-		{"/s.V1/NegativeAttempts", "Retry.MaxAttempts", "must not be negative"},
+		{"/s.V1/NegativeAttempts", "Retry.MaxRetries", "must not be negative"},
 		{"/s.V1/NegativeBackoff", "Retry.Backoff", "must not be negative"},
 		{"/s.V1/NegativeExpiry", "Approval.ExpiresIn", "must not be negative"},
 		{"/s.V1/GatedStream", "Approval.Required", "streaming procedure cannot require approval"},
@@ -78,13 +79,10 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 
 func TestEngineOptionsAreValidatedWithTheMetadata(t *testing.T) {
 	_, err := middleware.New(
-		middleware.NewRegistry().Register("/s.V1/X", middleware.Capability{}),
-		middleware.WithDefaultTimeout(-time.Second),
-		middleware.WithDefaultBackoff(0),
-		middleware.WithMaxAbandoned(0),
-		middleware.WithBackoffLimits(time.Second, -time.Millisecond),
+		middleware.NewRegistry().Register("/s.V1/X", middleware.Capability{}), middleware.WithProtoFiles(nil),
+		middleware.WithDefaults(middleware.Defaults{Timeout: -time.Second, MaxAbandoned: -1, Jitter: -time.Millisecond}),
 	)
-	for _, want := range []string{"WithDefaultTimeout must be positive", "WithDefaultBackoff must be positive", "WithMaxAbandoned must be positive", "jitter must not be negative", "/s.V1/X (registry): SideEffect"} {
+	for _, want := range []string{"Defaults.Timeout must not be negative", "Defaults.MaxAbandoned must not be negative", "Defaults.Jitter must not be negative", "/s.V1/X (registry): SideEffect"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
@@ -95,19 +93,19 @@ func TestLookupResolvesDefaults(t *testing.T) {
 	eng, err := middleware.New(middleware.NewRegistry().
 		Register("/s.V1/Defaults", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Set", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{Backoff: time.Millisecond}, Approval: middleware.Approval{ExpiresIn: time.Hour}}),
-		middleware.WithDefaultTimeout(5*time.Second), middleware.WithProtoFiles(nil))
+		middleware.WithDefaults(middleware.Defaults{Timeout: 5 * time.Second}), middleware.WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ok := eng.Lookup("/s.V1/Defaults")
+	c, ok := adapter.Resolve(eng, "/s.V1/Defaults").Capability()
 	if !ok || c.Timeout != 5*time.Second || c.Retry.Backoff != 250*time.Millisecond || c.Approval.ExpiresIn != 15*time.Minute || c.Risk != middleware.RiskLow {
 		t.Errorf("defaults resolved to %+v", c)
 	}
-	c, _ = eng.Lookup("/s.V1/Set")
+	c, _ = adapter.Resolve(eng, "/s.V1/Set").Capability()
 	if c.Timeout != time.Second || c.Retry.Backoff != time.Millisecond || c.Approval.ExpiresIn != time.Hour {
 		t.Errorf("explicit values changed: %+v", c)
 	}
-	if _, ok := eng.Lookup("/s.V1/Nope"); ok {
+	if _, ok := adapter.Resolve(eng, "/s.V1/Nope").Capability(); ok {
 		t.Error("Lookup found an unregistered procedure")
 	}
 	var procs []string

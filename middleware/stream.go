@@ -3,48 +3,32 @@ package middleware
 import (
 	"context"
 	"runtime/debug"
+
+	"github.com/agentsafe/agentsafe/internal/seam"
 )
 
-// StreamFunc runs a streaming handler once, on the caller's goroutine.
-type StreamFunc func(ctx context.Context) error
-
-// ExecuteStream governs a streaming call. A stream cannot be abandoned or
-// replayed, so it runs synchronously on the caller's goroutine: one attempt,
-// never retried, no approval and no digest; a timeout only if the capability
-// sets one explicitly, and then it only cancels the context. ids are
-// available to fn through [ExecutionFromContext] before the first message,
-// and the execution still ends in exactly one envelope and final event.
-//
-// A procedure the engine does not govern passes through with a zero
-// envelope, as in [Engine.Execute].
-func (e *Engine) ExecuteStream(ctx context.Context, call Call, fn StreamFunc) (Envelope, error) {
-	if fn == nil {
-		return Envelope{}, &Error{Code: CodeInvalidArgument, Message: "agentsafe: ExecuteStream needs a non-nil StreamFunc"}
-	}
-	c, ok := e.caps[call.Procedure]
-	if !ok && !e.Governs(call.Procedure) {
-		return Envelope{}, fn(ctx)
-	}
-	call.Input = nil // a stream's input is not one message: nothing is bound
-	if !ok {
-		c = &capability{procedure: call.Procedure}
-	}
-	x := e.open(ctx, call, c, true)
-	_, env, err := x.finish(nil, x.runStream(ok, fn))
-	reraiseAbort(err)
+// executeStream governs a streaming call (see route.ExecuteStream): one
+// attempt on the caller's goroutine, never retried, no approval and no
+// digest; a timeout only if the capability sets one explicitly.
+func (e *Engine) executeStream(ctx context.Context, proc string, c *capability, call *seam.Call, fn func(context.Context) error) (Envelope, error) {
+	// A stream's input is not one message: nothing is bound, and no
+	// approval can be presented.
+	x := e.open(ctx, proc, &seam.Call{Surface: call.Surface, Status: call.Status}, c, true)
+	_, env, err := x.finish(nil, x.runStream(c != nil, fn))
 	return env, err
 }
 
-func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
+func (x *execution) runStream(governed bool, fn func(context.Context) error) *Error {
 	if !governed {
-		return x.e.notFound(x.call.Procedure)
+		x.requested()
+		return x.e.notFound(x.proc)
 	}
 	if x.cap.Approval.Required {
+		x.requested()
 		// Validation refuses this for procedures known to stream; a registry
 		// entry the engine could not check still fails closed.
-		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.call.Procedure}
+		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.proc}
 	}
-	x.call.ApprovalID = ""
 	if err := x.admit(); err != nil {
 		return err
 	}
@@ -58,7 +42,9 @@ func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
 	}
 	defer a.cancel()
 	x.attempts = 1
-	x.emit(Event{Type: EventStarted, Attempt: 1})
+	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1})); err != nil {
+		return err
+	}
 	var r attemptResult
 	func() {
 		defer func() {
@@ -67,6 +53,7 @@ func (x *execution) runStream(governed bool, fn StreamFunc) *Error {
 			}
 		}()
 		r.err = fn(a)
+		r.ctxEnded = a.Err() != nil
 	}()
 	_, err := x.settle(a, r)
 	a.traceEnd(err)

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -18,13 +19,13 @@ import (
 // agree with each other.
 func TestStressExactlyOneEnvelopeAndFinalEvent(t *testing.T) {
 	const executions = 2000
-	synctest.Test(t, func(t *testing.T) {
-		rec := &middleware.EventRecorder{}
+	inBubble(t, func(t *testing.T) {
+		rec := &agentsafetest.Recorder{}
 		reg := middleware.NewRegistry().
 			Register(procRead, read(2, 20*time.Millisecond)).
 			Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: 20 * time.Millisecond}).
-			Register(procIdemWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 20 * time.Millisecond, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
-		eng, err := middleware.New(reg, middleware.WithEventSink(rec), middleware.WithMaxAbandoned(executions*3))
+			Register(procIdemWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 20 * time.Millisecond, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
+		eng, err := middleware.New(reg, middleware.WithEventSink(rec, middleware.SinkQueue(1<<16)), middleware.WithDefaults(middleware.Defaults{MaxAbandoned: executions * 3}), middleware.WithProtoFiles(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +40,7 @@ func TestStressExactlyOneEnvelopeAndFinalEvent(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					time.AfterFunc(time.Duration(rng.IntN(40))*time.Millisecond, cancel)
 				}
-				_, envs[i], _ = eng.Execute(ctx, middleware.Call{Procedure: procs[rng.IntN(len(procs))]}, func(ctx context.Context) (any, error) {
+				_, envs[i], _ = execute(eng, ctx, call{Procedure: procs[rng.IntN(len(procs))]}, func(ctx context.Context) (any, error) {
 					switch rng.IntN(6) {
 					case 0:
 						return "ok", nil

@@ -23,6 +23,10 @@ import "context"
 // called. They run synchronously on the execution's goroutine, so they must
 // be fast and must not panic.
 //
+// A Tracer that also implements [EventSink] receives every event, on the
+// execution's goroutine, in the execution's (traced) context, before the
+// event sinks' queues do: a span can carry the events of its execution.
+//
 // The end functions are called exactly once each, on the execution's
 // goroutine: an attempt's when the engine has its outcome, which for an
 // attempt abandoned at its deadline is TIMEOUT (or CANCELLED) while the
@@ -46,7 +50,7 @@ type ExecutionInfo struct {
 	InputDigest string
 	SideEffect  SideEffect
 	Risk        Risk
-	// Streaming is true for [Engine.ExecuteStream].
+	// Streaming is true for a streaming call (adapter.ExecuteStream).
 	Streaming bool
 }
 
@@ -70,19 +74,6 @@ func WithTracer(t Tracer) Option {
 	return optionFunc(func(c *config) { c.tracer = t })
 }
 
-// WithOptions bundles several options into one, applied in order; nil
-// entries are ignored. Integrations use it to install a tracer and a sink
-// with one option.
-func WithOptions(opts ...Option) Option {
-	return optionFunc(func(c *config) {
-		for _, o := range opts {
-			if o != nil {
-				o.apply(c)
-			}
-		}
-	})
-}
-
 // startTracing opens the execution's tracing context, when a tracer is set.
 func (x *execution) startTracing(streaming bool) {
 	t := x.e.cfg.tracer
@@ -91,8 +82,8 @@ func (x *execution) startTracing(streaming bool) {
 	}
 	ctx, end := t.StartExecution(x.ctx, ExecutionInfo{
 		ID:          x.id,
-		Procedure:   x.call.Procedure,
-		Actor:       x.actor.Ref(),
+		Procedure:   x.proc,
+		Actor:       ref(x.actor),
 		InputDigest: x.eventDigest,
 		SideEffect:  x.cap.SideEffect,
 		Risk:        x.cap.Risk,

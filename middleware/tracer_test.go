@@ -94,39 +94,44 @@ func (s *ctxSink) HandleEvent(ctx context.Context, e middleware.Event) {
 }
 
 func TestTracerNestsAttemptsUnderTheExecution(t *testing.T) {
-	tr := &recordingTracer{}
-	sink := &ctxSink{}
-	f := newFixture(t, procRead, read(1, time.Second), middleware.WithTracer(tr), middleware.WithEventSink(sink))
-	var handlerScope string
-	var seen middleware.Execution
-	_, env, err := f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
-		handlerScope = scopeOf(ctx)
-		seen, _ = middleware.ExecutionFromContext(ctx)
-		return "ok", nil
-	})
-	wantCode(t, env, err, middleware.CodeOK)
-	if want := env.ExecutionID + "/1"; handlerScope != want {
-		t.Errorf("the handler's context carries scope %q, want the attempt's %q: its spans would not nest under its attempt", handlerScope, want)
-	}
-	if seen.ID != env.ExecutionID || seen.Attempt != 1 {
-		t.Errorf("ExecutionFromContext under a tracer: %+v", seen)
-	}
-	tr.want(t, "start execution", "start attempt 1 under true", "end attempt 1 OK", "end execution completed")
-	if info := tr.infos[0]; info.ID != env.ExecutionID || info.Procedure != procRead || info.SideEffect != middleware.SideEffectRead || info.Streaming {
-		t.Errorf("ExecutionInfo %+v", info)
-	}
-	if tr.envs[0] != env {
-		t.Errorf("the execution ends with envelope %+v, Execute returned %+v", tr.envs[0], env)
-	}
-	for _, typ := range []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted} {
-		if got := sink.scopes[typ]; got != env.ExecutionID {
-			t.Errorf("event %s delivered with scope %q, want the execution's", typ, got)
+	inBubble(t, func(t *testing.T) {
+		tr := &recordingTracer{}
+		sink := &ctxSink{}
+		f := newFixture(t, procRead, read(1, time.Second), middleware.WithTracer(tr), middleware.WithEventSink(sink))
+		var handlerScope string
+		var seen middleware.Execution
+		_, env, err := f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
+			handlerScope = scopeOf(ctx)
+			seen, _ = middleware.ExecutionFromContext(ctx)
+			return "ok", nil
+		})
+		wantCode(t, env, err, middleware.CodeOK)
+		if want := env.ExecutionID + "/1"; handlerScope != want {
+			t.Errorf("the handler's context carries scope %q, want the attempt's %q: its spans would not nest under its attempt", handlerScope, want)
 		}
-	}
+		if seen.ID != env.ExecutionID || seen.Attempt != 1 {
+			t.Errorf("ExecutionFromContext under a tracer: %+v", seen)
+		}
+		tr.want(t, "start execution", "start attempt 1 under true", "end attempt 1 OK", "end execution completed")
+		if info := tr.infos[0]; info.ID != env.ExecutionID || info.Procedure != procRead || info.SideEffect != middleware.SideEffectRead || info.Streaming {
+			t.Errorf("ExecutionInfo %+v", info)
+		}
+		if tr.envs[0] != env {
+			t.Errorf("the execution ends with envelope %+v, Execute returned %+v", tr.envs[0], env)
+		}
+		synctest.Wait() // the sinks have what was queued
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for _, typ := range []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted} {
+			if got := sink.scopes[typ]; got != env.ExecutionID {
+				t.Errorf("event %s delivered with scope %q, want the execution's", typ, got)
+			}
+		}
+	})
 }
 
 func TestTracerSeesEveryAttemptAndItsOutcome(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
 		tr := &recordingTracer{}
 		f := newFixture(t, procRead, read(2, 100*time.Millisecond), middleware.WithTracer(tr))
 		n := 0
@@ -150,7 +155,7 @@ func TestTracerSeesEveryAttemptAndItsOutcome(t *testing.T) {
 
 func TestTracerKeepsTimeoutAndCancellationSemantics(t *testing.T) {
 	t.Run("timeout of a handler that ignores its context", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
 			tr := &recordingTracer{}
 			f := newFixture(t, procRead, read(0, 100*time.Millisecond), middleware.WithTracer(tr))
 			release := make(chan struct{})
@@ -175,7 +180,7 @@ func TestTracerKeepsTimeoutAndCancellationSemantics(t *testing.T) {
 		})
 	})
 	t.Run("the caller leaving", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
 			tr := &recordingTracer{}
 			f := newFixture(t, procRead, read(2, time.Second), middleware.WithTracer(tr))
 			ctx, cancel := context.WithCancel(t.Context())
@@ -205,13 +210,13 @@ func TestTracerSeesExecutionsThatNeverRan(t *testing.T) {
 
 func TestTracerDigestWithoutSinks(t *testing.T) {
 	tr := &recordingTracer{}
-	eng, err := middleware.New(middleware.NewRegistry().Register(procRefund, middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+	eng, err := middleware.New(middleware.NewRegistry().Register(procRefund, middleware.Capability{SideEffect: middleware.SideEffectWrite}), middleware.WithProtoFiles(nil),
 		middleware.WithTracer(tr), middleware.WithProtoFiles(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, _ = eng.Execute(t.Context(), middleware.Call{Procedure: procRefund, Input: refund}, noop)
-	want, _ := middleware.Digest(procRefund, refund)
+	_, _, _ = execute(eng, t.Context(), call{Procedure: procRefund, Input: refund}, noop)
+	want, _ := refund.Digest(procRefund)
 	if got := tr.infos[0].InputDigest; got != want {
 		t.Errorf("the tracer sees digest %q without any sink, want %q", got, want)
 	}
@@ -221,7 +226,7 @@ func TestTracerOnStreams(t *testing.T) {
 	tr := &recordingTracer{}
 	f := newFixture(t, procRead, read(0, 0), middleware.WithTracer(tr))
 	var scope string
-	env, err := f.eng.ExecuteStream(t.Context(), middleware.Call{Procedure: procRead}, func(ctx context.Context) error {
+	env, err := executeStream(f.eng, t.Context(), call{Procedure: procRead}, func(ctx context.Context) error {
 		scope = scopeOf(ctx)
 		return errors.New("stream broke")
 	})
@@ -259,13 +264,37 @@ func TestTracerMayReturnNothing(t *testing.T) {
 	}
 }
 
-func TestWithOptionsAndWithTracerNil(t *testing.T) {
-	tr := &recordingTracer{}
-	rec := &middleware.EventRecorder{}
-	f := newFixture(t, procRead, read(0, time.Second), middleware.WithOptions(nil, middleware.WithTracer(tr), middleware.WithEventSink(rec)))
+// sinkingTracer is a tracer that is also an event sink.
+type sinkingTracer struct {
+	recordingTracer
+	events []middleware.EventType
+	scopes []string
+}
+
+func (s *sinkingTracer) HandleEvent(ctx context.Context, e middleware.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, e.Type)
+	s.scopes = append(s.scopes, scopeOf(ctx))
+}
+
+// A tracer that is also a sink receives every event on the execution's
+// goroutine, in the execution's traced context: by the time Execute
+// returns, the span has its events. WithTracer(nil) removes a tracer.
+func TestATracerThatIsASinkReceivesEveryEventSynchronously(t *testing.T) {
+	tr := &sinkingTracer{}
+	f := newFixture(t, procRead, read(0, time.Second), middleware.WithTracer(tr))
 	_, env, _ := f.run(t.Context(), procRead, noop)
-	if len(tr.calls()) != 4 || len(rec.Execution(env.ExecutionID)) != 3 {
-		t.Errorf("WithOptions did not install both: tracer calls %q, events %d", tr.calls(), len(rec.Execution(env.ExecutionID)))
+	tr.mu.Lock()
+	events, scopes := slices.Clone(tr.events), slices.Clone(tr.scopes)
+	tr.mu.Unlock()
+	if !slices.Equal(events, []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted}) {
+		t.Errorf("the tracer's sink had %v when Execute returned, want the whole trail", events)
+	}
+	for i, sc := range scopes {
+		if sc != env.ExecutionID {
+			t.Errorf("event %s delivered in scope %q, want the execution's traced context", events[i], sc)
+		}
 	}
 
 	off := &recordingTracer{}
@@ -278,12 +307,11 @@ func TestWithOptionsAndWithTracerNil(t *testing.T) {
 
 func TestDecisionEventsCarryTheWait(t *testing.T) {
 	g := newGated(t, gatedCap)
-	id := g.requested(refund)
+	first, _, _ := g.call(agent, refund, "")
 	g.advance(7 * time.Minute)
-	g.approve(id)
-	evs := g.rec.Events()
-	last := evs[len(evs)-1]
-	if last.Type != middleware.EventApproved || last.Duration != 7*time.Minute {
+	g.approve(first.ApprovalID)
+	last := g.waitEvent(first.ExecutionID, middleware.EventApproved)
+	if last.Duration != 7*time.Minute {
 		t.Errorf("capability.approved must carry how long the record waited (7m): %s %v", last.Type, last.Duration)
 	}
 }

@@ -19,7 +19,7 @@ func BenchmarkWrap(b *testing.B) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = io.Copy(w, r.Body)
 	})
-	eng, err := middleware.New(middleware.NewRegistry().Register("echo", middleware.Capability{SideEffect: middleware.SideEffectRead}))
+	eng, err := middleware.New(middleware.NewRegistry().Register("echo", middleware.Capability{SideEffect: middleware.SideEffectRead}), middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package nethttpadapter
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // attemptWriter is the ResponseWriter of one buffered attempt. Everything
@@ -127,36 +129,41 @@ func (a *attemptWriter) seal(keep bool) {
 	}
 }
 
-// result returns the status the handler wrote (200 when it wrote nothing)
-// and whether it wrote at all.
-func (a *attemptWriter) result() (status int, wrote, overflow bool) {
+// outcome is what the attempt's response says: a success, a failing status
+// ([StatusError]), no response at all ([adapter.ErrNoResponse]: the engine
+// tells an implicit 200 from a handler that gave up), or an overflow.
+func (a *attemptWriter) outcome(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.status == 0 {
-		return http.StatusOK, false, a.overflow
+	switch {
+	case a.overflow:
+		return a.tooLarge()
+	case a.status == 0:
+		return adapter.ErrNoResponse
+	case failed(a.status):
+		return &StatusError{Status: a.status, afterContext: ctx.Err() != nil}
 	}
-	return a.status, true, a.overflow
+	return nil
 }
 
 // replay copies the finalized attempt to the real writer: the header as it
-// was when the status was written, the envelope's ids, the status, the
+// was when the status was written, the envelope's headers, the status, the
 // body, then the trailers. Call it after seal, on the serving goroutine.
-func (a *attemptWriter) replay(w http.ResponseWriter, setIDs func(http.Header), method string) {
+func (a *attemptWriter) replay(w http.ResponseWriter, env middleware.Envelope, method string) {
 	sent, status := a.sent, a.status
 	if status == 0 { // the handler wrote nothing: its header is all there is
 		sent, status = a.header, http.StatusOK
 	}
 	h := w.Header()
 	for k, v := range sent {
-		h[k] = v
+		if !strings.HasPrefix(k, http.TrailerPrefix) { // trailers come last
+			h[k] = v
+		}
 	}
 	// The envelope's headers are the engine's alone: a handler's copy (of a
 	// downstream response, say) belongs to another execution.
-	delete(h, middleware.HeaderExecutionID)
-	delete(h, middleware.HeaderAttempts)
-	delete(h, middleware.HeaderApprovalID)
-	setIDs(h)
-	trailers := trailerKeys(sent, a.header)
+	adapter.SetHeaders(h, env)
+	trailers := a.trailers(sent, h)
 	if len(trailers) == 0 && bodyAllowed(status) && method != http.MethodHead &&
 		h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
 		// The whole body is known: say its length rather than chunk it.
@@ -175,21 +182,26 @@ func (a *attemptWriter) replay(w http.ResponseWriter, setIDs func(http.Header), 
 	a.mu.Unlock()
 }
 
-// trailerKeys lists the trailers a handler set: the keys it declared in the
-// Trailer header before writing, and keys with http.TrailerPrefix.
-func trailerKeys(sent, final http.Header) []string {
+// trailers lists the trailers the handler set, and declares them in h: the
+// keys it declared in the Trailer header before writing, and keys with
+// http.TrailerPrefix; never the envelope's, which are the engine's alone
+// and go in the headers.
+func (a *attemptWriter) trailers(sent, h http.Header) []string {
 	var keys []string
 	for _, v := range sent["Trailer"] {
 		for k := range strings.SplitSeq(v, ",") {
-			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" {
-				if _, ok := final[k]; ok {
-					keys = append(keys, k)
-				}
+			k = http.CanonicalHeaderKey(strings.TrimSpace(k))
+			if _, set := a.header[k]; set && !adapter.IsEnvelopeHeader(k) {
+				keys = append(keys, k)
 			}
 		}
 	}
-	for k := range final {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
+	delete(h, "Trailer")
+	if len(keys) > 0 {
+		h.Set("Trailer", strings.Join(keys, ", "))
+	}
+	for k := range a.header {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && !adapter.IsEnvelopeHeader(name) {
 			keys = append(keys, k)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 
@@ -102,7 +104,7 @@ type keyRecorder struct {
 
 func (k *keyRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	k.mu.Lock()
-	k.keys = append(k.keys, r.Header.Get(middleware.HeaderIdempotencyKey))
+	k.keys = append(k.keys, r.Header.Get(adapter.HeaderIdempotencyKey))
 	k.mu.Unlock()
 }
 
@@ -121,7 +123,7 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 	call := func(ctx context.Context, target, preset string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
 		if preset != "" {
-			req.Header.Set(middleware.HeaderIdempotencyKey, preset)
+			req.Header.Set(adapter.HeaderIdempotencyKey, preset)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -129,13 +131,13 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 			return
 		}
 		resp.Body.Close()
-		if preset == "" && req.Header.Get(middleware.HeaderIdempotencyKey) != "" {
+		if preset == "" && req.Header.Get(adapter.HeaderIdempotencyKey) != "" {
 			t.Error("the transport modified the caller's request")
 		}
 	}
 
 	executions := make(chan middleware.Execution, 4)
-	cap := middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond}}
+	cap := middleware.Capability{SideEffect: middleware.SideEffectExternal, Idempotent: true, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond}}
 	h := newHarness(t, middleware.NewRegistry().Register("pay", cap), func(eng *middleware.Engine) http.Handler {
 		return nethttpadapter.Wrap(eng, "pay", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			x, _ := middleware.ExecutionFromContext(r.Context())
@@ -168,4 +170,59 @@ func TestIdempotencyKeyTransport(t *testing.T) {
 		t.Errorf("keys at an unlisted host %q, want one call without a key", got)
 	}
 	h.final()
+}
+
+// The key the transport sets never follows a redirect off the list: Go's
+// http.Client builds each redirected request from the caller's headers and
+// sends it through the transport again, which decides per round trip. A
+// redirect to an unlisted host carries no key, one to a listed host does.
+func TestIdempotencyKeyTransportDoesNotFollowARedirectToAnUnlistedHost(t *testing.T) {
+	t.Parallel()
+	listed, unlisted := &keyRecorder{}, &keyRecorder{}
+	listedSrv, unlistedSrv := httptestServer(t, listed), httptestServer(t, unlisted)
+	redirect := func(rec *keyRecorder, to string) *httptest.Server {
+		return httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec.ServeHTTP(w, r)
+			http.Redirect(w, r, to+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		}))
+	}
+	toUnlisted, toListed := &keyRecorder{}, &keyRecorder{}
+	toUnlistedSrv, toListedSrv := redirect(toUnlisted, unlistedSrv.URL), redirect(toListed, listedSrv.URL)
+	host := func(s string) string { u, _ := url.Parse(s); return u.Host }
+	client := &http.Client{Transport: nethttpadapter.IdempotencyKeyTransport(nil, host(toUnlistedSrv.URL), host(toListedSrv.URL), host(listedSrv.URL))}
+
+	eng := newEngine(t, read(middleware.Capability{}))
+	var key string
+	relay := nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x, _ := middleware.ExecutionFromContext(r.Context())
+		key = x.IdempotencyKey
+		for _, target := range []string{toUnlistedSrv.URL, toListedSrv.URL} {
+			req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, target+"/charge", strings.NewReader(`{"amount":42}`))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Errorf("downstream call: %v", err)
+				return
+			}
+			resp.Body.Close()
+		}
+	}))
+	rec := httptest.NewRecorder()
+	relay.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
+	}
+	for _, c := range []struct {
+		where string
+		rec   *keyRecorder
+		want  string
+	}{
+		{"the listed host that redirects off the list", toUnlisted, key},
+		{"the unlisted host it redirects to", unlisted, ""},
+		{"the listed host that redirects to another listed host", toListed, key},
+		{"that listed host", listed, key},
+	} {
+		if got := c.rec.got(); len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s got keys %q, want [%q]", c.where, got, c.want)
+		}
+	}
 }

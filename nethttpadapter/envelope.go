@@ -9,20 +9,22 @@ import (
 	"strconv"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
-// writeEnvelope answers with the JSON envelope of an outcome the engine (or
-// the adapter, for a body it refused) decided: the ids in headers, the
-// envelope as the body.
-func writeEnvelope(w http.ResponseWriter, env middleware.Envelope, status int) {
-	body, err := json.Marshal(env)
-	if err != nil { // an Envelope always marshals; keep the status regardless
-		body = nil
-	}
+// writeOutcome answers with an outcome the engine decided (or the adapter,
+// for a request it refused): the envelope's headers, and the JSON envelope
+// as the body, except for CANCELLED: its caller has left, and the status
+// alone says so ([adapter.CarriesDetail]).
+func writeOutcome(w http.ResponseWriter, env middleware.Envelope, err error, status int) {
 	h := w.Header()
-	env.SetHeaders(h)
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
+	adapter.SetHeaders(h, env)
+	var body []byte
+	if adapter.CarriesDetail(err) {
+		body, _ = json.Marshal(env) // an Envelope always marshals
+		h.Set("Content-Type", "application/json")
+		h.Set("X-Content-Type-Options", "nosniff")
+	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
@@ -36,33 +38,28 @@ const maxEnvelopeBytes = 64 << 10
 // response. It reports false for a response that carries none (an
 // ungoverned route, or a server without agentsafe).
 //
-//   - The ids come from the Agentsafe-* headers on every governed response.
-//   - When the status is 400 or more and the body is the JSON envelope the
-//     adapter writes for outcomes the engine decides (timeout, cancel,
-//     approval, panic, oversize body), status and error come from it. The
-//     body stays readable: EnvelopeFromResponse puts back what it read.
-//   - A response the handler wrote itself with a status of 500 or more is
-//     reported as the engine's envelope has it: failed, EXECUTION_FAILED,
-//     [middleware.ConcealedMessage]; Retryable is false, because whether
-//     re-invoking is safe depends on the capability, which the response
-//     does not say.
-//   - Any other response with the headers is completed.
+//   - The ids, and on failure the code and whether re-invoking is safe,
+//     come from the Agentsafe-* headers on every governed response.
+//   - When the body is the JSON envelope the adapter writes for outcomes
+//     the engine decides (timeout, approval, panic, oversize body, ...),
+//     the message and the rest come from it. The body stays readable:
+//     EnvelopeFromResponse puts back what it read.
+//   - A failing response the handler wrote itself carries no envelope
+//     body: its message is [adapter.ConcealedMessage], as in the engine's
+//     envelope. A CANCELLED one has an empty message (the caller had left).
 func EnvelopeFromResponse(resp *http.Response) (middleware.Envelope, bool) {
 	if resp == nil {
 		return middleware.Envelope{}, false
 	}
-	env, ok := middleware.EnvelopeFromHeaders(resp.Header)
-	if resp.StatusCode >= 400 {
-		if body, found := envelopeBody(resp, env.ExecutionID); found {
-			return body, true
-		}
+	env, ok := adapter.ReadHeaders(resp.Header)
+	if !ok || env.Error == nil {
+		return env, ok
 	}
-	if !ok {
-		return middleware.Envelope{}, false
+	if body, found := envelopeBody(resp, env.ExecutionID); found {
+		return body, true
 	}
-	if resp.StatusCode >= 500 {
-		env.Status = middleware.StatusFailed
-		env.Error = &middleware.EnvelopeError{Code: middleware.CodeExecutionFailed, Message: middleware.ConcealedMessage}
+	if env.Error.Code == middleware.CodeExecutionFailed {
+		env.Error.Message = adapter.ConcealedMessage
 	}
 	return env, true
 }

@@ -18,9 +18,9 @@ import (
 func Example() {
 	reg := middleware.NewRegistry().Register("get-order", middleware.Capability{
 		SideEffect: middleware.SideEffectRead,
-		Retry:      middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}, // at most 3 runs
+		Retry:      middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}, // at most 3 runs
 	})
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf descriptors
 	if err != nil {
 		panic(err)
 	}
@@ -60,7 +60,7 @@ func ExampleWrapMux() {
 		SideEffect: middleware.SideEffectExternal,
 		Timeout:    20 * time.Millisecond,
 	})
-	eng, err := middleware.New(reg)
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf descriptors
 	if err != nil {
 		panic(err)
 	}

@@ -2,19 +2,23 @@ package nethttpadapter_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/agentsafetest"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // guard bounds every wait on the system under test, so a broken rule fails
 // the test instead of hanging it. Nothing waits this long when rules hold.
@@ -25,27 +29,24 @@ const guard = 10 * time.Second
 type harness struct {
 	t      *testing.T
 	eng    *middleware.Engine
-	rec    *middleware.EventRecorder
+	rec    *agentsafetest.Recorder
 	finals chan middleware.Event
-	// abandoned receives capability.abandoned_result events.
-	abandoned chan middleware.Event
-	srv       *httptest.Server
-	client    *http.Client
+	srv    *httptest.Server
+	client *http.Client
 }
 
 // newHarness builds an engine from reg and serves what mount returns.
 func newHarness(t *testing.T, reg *middleware.Registry, mount func(eng *middleware.Engine) http.Handler, opts ...middleware.Option) *harness {
 	t.Helper()
-	h := &harness{t: t, rec: &middleware.EventRecorder{}, finals: make(chan middleware.Event, 64), abandoned: make(chan middleware.Event, 64)}
+	h := &harness{t: t, rec: &agentsafetest.Recorder{}, finals: make(chan middleware.Event, 64)}
 	finals := middleware.EventSinkFunc(func(_ context.Context, e middleware.Event) {
-		switch {
-		case e.Type.Final():
+		if e.Type.Final() {
 			h.finals <- e
-		case e.Type == middleware.EventAbandonedResult:
-			h.abandoned <- e
 		}
 	})
-	opts = append([]middleware.Option{middleware.WithEventSink(h.rec), middleware.WithEventSink(finals)}, opts...)
+	// Routes only, unless a test hands the engine a store for the test
+	// service's method options (see metadata_test.go).
+	opts = append([]middleware.Option{middleware.WithEventSink(h.rec), middleware.WithEventSink(finals), middleware.WithProtoFiles(nil)}, opts...)
 	eng, err := middleware.New(reg, opts...)
 	if err != nil {
 		t.Fatalf("middleware.New: %v", err)
@@ -119,6 +120,31 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 		var zero T
 		return zero
 	}
+}
+
+// scripted answers attempt n with statuses[n-1], and "ok n" once the script
+// runs out.
+func scripted(runs *atomic.Int32, statuses ...int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		x, _ := middleware.ExecutionFromContext(r.Context())
+		if x.Attempt <= len(statuses) {
+			w.WriteHeader(statuses[x.Attempt-1])
+			fmt.Fprintf(w, "attempt %d failed", x.Attempt)
+			return
+		}
+		fmt.Fprintf(w, "ok %d", x.Attempt)
+	})
+}
+
+// newEngine builds a routes-only engine governing "r" with c.
+func newEngine(t *testing.T, c middleware.Capability, opts ...middleware.Option) *middleware.Engine {
+	t.Helper()
+	eng, err := middleware.New(middleware.NewRegistry().Register("r", c), append([]middleware.Option{middleware.WithProtoFiles(nil)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }
 
 func read(c middleware.Capability) middleware.Capability {

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // registers the test service's method options
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // The capability of a route comes from the engine: a protobuf method option
@@ -25,7 +27,7 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 		var runs atomic.Int32
 		h := newHarness(t, nil, func(eng *middleware.Engine) http.Handler {
 			return nethttpadapter.Wrap(eng, read, scripted(&runs, 503, 503, 503, 503))
-		})
+		}, fromOptions()...)
 		resp, _ := h.post("/", "", "")
 		if n := runs.Load(); n != 3 || resp.StatusCode != http.StatusServiceUnavailable {
 			t.Errorf("%d runs, status %d; want the option's 3 runs", n, resp.StatusCode)
@@ -38,7 +40,7 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 		reg := middleware.NewRegistry().Register(read, middleware.Capability{SideEffect: middleware.SideEffectRead})
 		h := newHarness(t, reg, func(eng *middleware.Engine) http.Handler {
 			return nethttpadapter.Wrap(eng, read, scripted(&runs, 503, 503, 503, 503))
-		})
+		}, fromOptions()...)
 		h.post("/", "", "")
 		if n := runs.Load(); n != 1 {
 			t.Errorf("%d runs, want 1: the registry entry (no retry) replaces the option", n)
@@ -51,7 +53,7 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 			return nethttpadapter.Wrap(eng, slow, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				<-r.Context().Done()
 			}))
-		})
+		}, fromOptions()...)
 		start := time.Now()
 		resp, _ := h.post("/", "", "")
 		if resp.StatusCode != http.StatusGatewayTimeout || time.Since(start) > guard/2 {
@@ -63,7 +65,7 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 		t.Parallel()
 		var runs atomic.Int32
 		reg := middleware.NewRegistry().Register("POST /items/{id}", middleware.Capability{
-			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond},
+			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond},
 		})
 		h := newHarness(t, reg, func(eng *middleware.Engine) http.Handler {
 			mux := http.NewServeMux()
@@ -77,11 +79,17 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 				fmt.Fprintf(w, "%s %s %s", x.Procedure, r.Pattern, r.PathValue("id"))
 			})
 			return nethttpadapter.WrapMux(eng, mux)
-		})
+		}, fromOptions()...)
 		resp, body := h.post("/items/42", "", "")
 		want := "POST /items/{id} POST /items/{id} 42"
 		if resp.StatusCode != http.StatusOK || body != want || runs.Load() != 2 {
 			t.Errorf("response %d %q after %d runs, want %q after 2", resp.StatusCode, body, runs.Load(), want)
 		}
 	})
+}
+
+// fromOptions builds the engine from the linked method options, whose test
+// service includes an approval-gated method: it needs a store.
+func fromOptions() []middleware.Option {
+	return []middleware.Option{middleware.WithProtoFiles(protoregistry.GlobalFiles), middleware.WithApprovalStore(approvalstore.NewMemory())}
 }

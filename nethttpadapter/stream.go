@@ -4,77 +4,89 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
-	"sync"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
-// serveStream runs a governed route in stream mode: once, synchronously, on
-// the serving goroutine, straight to the real writer (the handler may
-// Flush). The ids go in the response headers before the handler runs; the
-// body is not read ahead (a Server-Sent Events or MCP streamable HTTP
+// serveStream runs a governed route in stream mode: once, synchronously,
+// straight to the real writer; the body is not read ahead (a streaming
 // handler reads as it goes) but still bounded by WithMaxBodyBytes.
-func serveStream(eng *middleware.Engine, procedure string, h http.Handler, cfg *config, w http.ResponseWriter, r *http.Request) {
-	sw := &streamWriter{w: w}
-	call := middleware.Call{Procedure: procedure, ApprovalID: r.Header.Get(middleware.HeaderApprovalID)}
-	env, err := eng.ExecuteStream(r.Context(), call, func(ctx context.Context) error {
+func serveStream(rt adapter.Route, h http.Handler, cfg *config, w http.ResponseWriter, r *http.Request) {
+	sw := &streamWriter{w: w, head: r.Method == http.MethodHead, max: cfg.maxResponse}
+	env, err := adapter.ExecuteStream(r.Context(), rt, call[struct{}](r), func(ctx context.Context) error {
 		x, _ := middleware.ExecutionFromContext(ctx)
-		w.Header().Set(middleware.HeaderExecutionID, x.ID)
-		w.Header().Set(middleware.HeaderAttempts, strconv.Itoa(x.Attempt))
+		sw.id = x.ID
 		req := r.WithContext(ctx)
 		if r.Body != nil && r.Body != http.NoBody {
 			req.Body = http.MaxBytesReader(w, r.Body, cfg.maxBody)
 		}
 		h.ServeHTTP(sw, req)
-		status, wrote := sw.result()
 		switch {
-		case ctx.Err() != nil && !wrote:
-			return ctx.Err()
-		case status >= 500:
-			return &StatusError{Status: status} // never retried: a stream runs once
+		case sw.held != nil:
+			return sw.held.outcome(ctx)
+		case sw.status == 0:
+			return adapter.ErrNoResponse
 		}
 		return nil
 	})
-	if err == nil {
-		return
+	_, own := adapter.HandlerError(err)
+	if sw.held != nil {
+		sw.held.seal(own)
 	}
-	if _, wrote := sw.result(); !wrote {
-		writeEnvelope(w, env, env.Error.Code.HTTPStatus())
-		return
-	}
-	if _, ok := errors.AsType[*middleware.PanicError](err); ok {
-		// The handler broke off mid-stream: let the client see a broken
-		// response rather than a clean end.
+	if p, ok := errors.AsType[*middleware.PanicError](err); ok && (p.Value == http.ErrAbortHandler || sw.started()) {
+		// The handler broke off mid-stream, or asked to abort: the client
+		// sees a broken response rather than a clean end.
 		panic(http.ErrAbortHandler)
+	}
+	switch {
+	case sw.started():
+	case own:
+		sw.held.replay(w, env, r.Method)
+	case err != nil:
+		writeOutcome(w, env, err, adapter.HTTPStatus(err))
+	default: // an implicit 200
+		adapter.SetHeaders(w.Header(), env)
 	}
 }
 
-// streamWriter passes everything through to the real writer and notes
-// whether the response has started.
+// streamWriter passes a response through to the real writer, the envelope's
+// ids added as it starts, except a failing one (a status of 500 or more, or
+// 499): that is held, like a buffered attempt's, until the execution is
+// final, so that it goes out with the envelope's code.
 type streamWriter struct {
-	w      http.ResponseWriter
-	mu     sync.Mutex
-	status int
+	w    http.ResponseWriter
+	head bool
+	max  int64
+	id   string
+
+	status int            // the first status written, 0 before
+	held   *attemptWriter // the failing response, held
 }
 
 func (s *streamWriter) Header() http.Header { return s.w.Header() }
 
 func (s *streamWriter) WriteHeader(code int) {
-	s.note(code)
+	if s.hold(code) {
+		s.held.WriteHeader(code)
+		return
+	}
 	s.w.WriteHeader(code)
 }
 
 func (s *streamWriter) Write(p []byte) (int, error) {
-	s.note(http.StatusOK)
+	if s.hold(http.StatusOK) {
+		return s.held.Write(p)
+	}
 	return s.w.Write(p)
 }
 
 // Flush sends what was written so far; it makes stream mode usable for
 // Server-Sent Events.
 func (s *streamWriter) Flush() {
-	s.note(http.StatusOK)
-	_ = http.NewResponseController(s.w).Flush()
+	if !s.hold(http.StatusOK) {
+		_ = http.NewResponseController(s.w).Flush()
+	}
 }
 
 // Unwrap gives http.ResponseController the real writer (deadlines, full
@@ -82,22 +94,24 @@ func (s *streamWriter) Flush() {
 // nothing can write late.
 func (s *streamWriter) Unwrap() http.ResponseWriter { return s.w }
 
-func (s *streamWriter) note(code int) {
-	if code < 200 {
-		return
+// hold notes the response's first status and reports whether the response
+// is held. A response that passes through gets the envelope's ids first,
+// replacing any the handler set.
+func (s *streamWriter) hold(code int) bool {
+	if s.status != 0 || code < 200 {
+		return s.held != nil
 	}
-	s.mu.Lock()
-	if s.status == 0 {
-		s.status = code
+	s.status = code
+	if failed(code) {
+		s.held = &attemptWriter{header: s.w.Header(), head: s.head, max: s.max}
+		return true
 	}
-	s.mu.Unlock()
+	h := s.w.Header()
+	adapter.DelHeaders(h)
+	h.Set(adapter.HeaderExecutionID, s.id)
+	h.Set(adapter.HeaderAttempts, "1")
+	return false
 }
 
-func (s *streamWriter) result() (int, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.status == 0 {
-		return http.StatusOK, false
-	}
-	return s.status, true
-}
+// started reports whether the response went out to the client.
+func (s *streamWriter) started() bool { return s.status != 0 && s.held == nil }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 
@@ -17,7 +18,7 @@ func TestStreamMode(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	next := make(chan struct{})
-	cap := read(middleware.Capability{Streaming: true, Retry: middleware.Retry{MaxAttempts: 2, Backoff: time.Millisecond}})
+	cap := read(middleware.Capability{Streaming: true, Retry: middleware.Retry{MaxRetries: 2, Backoff: time.Millisecond}})
 	reg := middleware.NewRegistry().Register("GET /events", cap).Register("fails", cap).Register("panics", cap).Register("breaks", cap)
 	h := newHarness(t, reg, func(eng *middleware.Engine) http.Handler {
 		mux := http.NewServeMux()
@@ -50,7 +51,7 @@ func TestStreamMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.Header.Get(middleware.HeaderExecutionID) == "" || resp.Header.Get(middleware.HeaderAttempts) != "1" {
+	if resp.Header.Get(adapter.HeaderExecutionID) == "" || resp.Header.Get(adapter.HeaderAttempts) != "1" {
 		t.Errorf("stream header %v: want the ids before the first event", resp.Header)
 	}
 	lines := bufio.NewReader(resp.Body)
@@ -70,12 +71,15 @@ func TestStreamMode(t *testing.T) {
 	if resp2.StatusCode != http.StatusServiceUnavailable || runs.Load() != 1 || body != "" {
 		t.Errorf("a failing stream: %d %q after %d runs, want its own 503 once: streams are never retried", resp2.StatusCode, body, runs.Load())
 	}
+	if resp2.Header.Get(adapter.HeaderCode) != "EXECUTION_FAILED" || resp2.Header.Get(adapter.HeaderRetryable) != "true" || resp2.Header.Get(adapter.HeaderExecutionID) == "" {
+		t.Errorf("a failing stream's header %v: want its envelope's ids, code and retryable flag", resp2.Header)
+	}
 	if f := h.final(); f.Code != middleware.CodeExecutionFailed {
 		t.Errorf("a failing stream ended %s, want EXECUTION_FAILED", f.Code)
 	}
 
 	resp3, body := h.post("/panics", "", "")
-	if env := envelope(t, resp3); resp3.StatusCode != http.StatusInternalServerError || env.Error.Message != middleware.ConcealedMessage || strings.Contains(body, "boom") {
+	if env := envelope(t, resp3); resp3.StatusCode != http.StatusInternalServerError || env.Error.Message != adapter.ConcealedMessage || strings.Contains(body, "boom") {
 		t.Errorf("a stream that panics before writing: %d %q, want the concealed JSON envelope", resp3.StatusCode, body)
 	}
 	h.final()

@@ -3,7 +3,7 @@ package nethttpadapter
 import (
 	"net/http"
 
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 // IdempotencyKeyTransport returns a RoundTripper that puts the execution's
@@ -15,7 +15,7 @@ import (
 //	client := &http.Client{Transport: nethttpadapter.IdempotencyKeyTransport(nil, "api.payments.example")}
 //	req, _ := http.NewRequestWithContext(r.Context(), "POST", url, body)
 //
-// The key is [middleware.OutgoingIdempotencyKey]: the same across runtime
+// The key is [adapter.OutgoingKey]: the same across runtime
 // retries of one execution, and a stable sub-key per label set with
 // [middleware.WithKeyLabel], so two different downstream calls of one
 // execution carry two keys.
@@ -25,20 +25,27 @@ import (
 // key: keys go only where the application says. Requests outside a governed
 // execution, and requests that already carry an Idempotency-Key, are sent
 // unchanged. The caller's request is never modified (it is cloned first).
+//
+// Redirects are decided per hop: http.Client sends each redirected request
+// through the transport again, built from the caller's headers, so the key
+// the transport sets reaches a redirect's target only if that host is
+// listed too. An Idempotency-Key the application set on the request itself
+// is one of the caller's headers, and http.Client copies it onto redirects
+// to any host.
 func IdempotencyKeyTransport(next http.RoundTripper, hosts ...string) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	return &keyTransport{next: next, hosts: middleware.NewKeyHosts(hosts...)}
+	return &keyTransport{next: next, hosts: adapter.NewKeyHosts(hosts...)}
 }
 
 type keyTransport struct {
 	next  http.RoundTripper
-	hosts middleware.KeyHosts
+	hosts adapter.KeyHosts
 }
 
 func (t *keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL == nil || req.Header.Get(middleware.HeaderIdempotencyKey) != "" {
+	if req.URL == nil || req.Header.Get(adapter.HeaderIdempotencyKey) != "" {
 		return t.next.RoundTrip(req)
 	}
 	key, ok := t.hosts.Key(req.Context(), req.URL.Host)
@@ -46,6 +53,6 @@ func (t *keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	out := req.Clone(req.Context())
-	out.Header.Set(middleware.HeaderIdempotencyKey, key)
+	out.Header.Set(adapter.HeaderIdempotencyKey, key)
 	return t.next.RoundTrip(out)
 }

@@ -2,17 +2,22 @@ package twirpadapter
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/twitchtv/twirp"
 )
 
 // Transport returns a RoundTripper for the http.Client of a Twirp client:
 // it sends requests with next (http.DefaultTransport when nil) and, for
-// calls made with a context from [RecordEnvelope], records the Agentsafe-*
-// response headers. Twirp's generated clients do not expose response
-// headers otherwise, and a successful call's envelope travels only there.
+// calls made with a context from [RecordEnvelope], records the response
+// headers. Twirp's generated clients do not expose them otherwise, and the
+// envelope of every governed call travels there (on error also its code
+// and retryable flag); only errors agentsafe decided repeat it in their
+// meta.
 //
 //	client := orderv1.NewOrderServiceProtobufClient(url, &http.Client{Transport: twirpadapter.Transport(nil)})
 //	ctx, rec := twirpadapter.RecordEnvelope(ctx)
@@ -30,14 +35,16 @@ type transport struct{ next http.RoundTripper }
 func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if rec, ok := req.Context().Value(recorderKey{}).(*Recorder); ok && err == nil {
-		rec.record(resp.Header)
+		rec.mu.Lock()
+		rec.header = resp.Header
+		rec.mu.Unlock()
 	}
 	return resp, err
 }
 
 type recorderKey struct{}
 
-// Recorder holds the envelope headers of one call; see [RecordEnvelope].
+// Recorder holds the response headers of one call; see [RecordEnvelope].
 type Recorder struct {
 	mu     sync.Mutex
 	header http.Header
@@ -51,31 +58,21 @@ func RecordEnvelope(ctx context.Context) (context.Context, *Recorder) {
 	return context.WithValue(ctx, recorderKey{}, rec), rec
 }
 
-func (r *Recorder) record(h http.Header) {
-	env := make(http.Header, 3)
-	for _, k := range []string{middleware.HeaderExecutionID, middleware.HeaderAttempts, middleware.HeaderApprovalID} {
-		if v := h.Values(k); len(v) > 0 {
-			env[k] = v
-		}
-	}
-	r.mu.Lock()
-	r.header = env
-	r.mu.Unlock()
-}
-
 // Envelope returns the envelope of the recorded call, given the error the
-// call returned: from the error's meta when it carries one (see
-// [EnvelopeFromError]), otherwise from the recorded headers, which make a
-// completed envelope. It reports false when neither has an envelope.
+// call returned: from the recorded Agentsafe-* headers, which every
+// governed response carries (the message of a failure is the error's),
+// else from the error's meta (see [EnvelopeFromError]). It reports false
+// when neither has an envelope.
 func (r *Recorder) Envelope(err error) (middleware.Envelope, bool) {
-	if env, ok := EnvelopeFromError(err); ok {
-		return env, true
-	}
-	if err != nil {
-		return middleware.Envelope{}, false
-	}
 	r.mu.Lock()
 	h := r.header
 	r.mu.Unlock()
-	return middleware.EnvelopeFromHeaders(h)
+	env, ok := adapter.ReadHeaders(h)
+	if !ok {
+		return EnvelopeFromError(err)
+	}
+	if twerr, isTwirp := errors.AsType[twirp.Error](err); isTwirp && env.Error != nil {
+		env.Error.Message = twerr.Msg()
+	}
+	return env, true
 }

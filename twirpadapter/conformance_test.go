@@ -2,87 +2,108 @@ package twirpadapter_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/twirpadapter"
 	"github.com/twitchtv/twirp"
 )
 
+// TestConformance runs the suite in both of Twirp's encodings, over a real
+// HTTP server and in process (on synctest's fake clock).
 func TestConformance(t *testing.T) {
 	for _, enc := range encodings {
-		t.Run(enc.name, func(t *testing.T) {
-			conformance.RunAdapter(t, conformanceHarness{enc.newClient})
-		})
+		for _, inProcess := range []bool{false, true} {
+			name := enc.name + "/network"
+			if inProcess {
+				name = enc.name + "/in-process"
+			}
+			t.Run(name, func(t *testing.T) {
+				conformance.RunAdapter(t, conformanceHarness{enc.newClient, inProcess})
+			})
+		}
 	}
 }
 
-// conformanceHarness serves the fixtures as agentsafe.test.v1.TestService
-// over a real HTTP server, called with the generated client of one
-// encoding. Twirp has no streams: the stream rules are skipped.
+// conformanceHarness serves the fixtures as agentsafe.test.v1.TestService,
+// called with the generated client of one encoding, through a real HTTP
+// server or in process. Twirp has no streams: the stream rules are
+// skipped.
 type conformanceHarness struct {
 	newClient func(string, testv1.HTTPClient, ...twirp.ClientOption) testv1.TestService
+	inProcess bool
 }
 
-var fixtureMethods = map[conformance.Fixture]string{
-	conformance.FixtureRead:            "Read",
-	conformance.FixtureWrite:           "Write",
-	conformance.FixtureIdempotentWrite: "IdempotentWrite",
-	conformance.FixtureSlow:            "Slow",
-	conformance.FixtureGated:           "Gated",
-}
+func (conformanceHarness) Procedure(f conformance.Fixture) string { return fixture.Procedure(f) }
 
-func (conformanceHarness) Procedure(f conformance.Fixture) string {
-	return "/agentsafe.test.v1.TestService/" + fixtureMethods[f]
-}
+func (c conformanceHarness) InProcess() bool { return c.inProcess }
 
 func (c conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, _ conformance.StreamHandler) conformance.Client {
-	svc := &fixtureService{handle: handle}
-	srv := httptest.NewServer(twirpadapter.Wrap(eng, func(opts ...any) testv1.TwirpServer {
-		return testv1.NewTestServiceServer(svc, opts...)
-	}))
-	t.Cleanup(srv.Close)
-	hc := &http.Client{Transport: headerCapture{twirpadapter.Transport(srv.Client().Transport)}}
-	return conformanceClient{c.newClient(srv.URL, hc)}
-}
-
-type fixtureService struct {
-	testv1.TestService // Ungoverned and Stream are not fixtures
-	handle             conformance.Handler
-}
-
-func (s *fixtureService) serve(ctx context.Context, f conformance.Fixture, in *testv1.Request) (*testv1.Response, error) {
-	req := fixture.Request(in)
-	resp, err := s.handle(ctx, f, req, func(k, v string) { _ = twirp.SetHTTPResponseHeader(ctx, k, v) })
-	if err != nil {
-		return nil, err
+	srv := twirpadapter.Wrap(eng, func(opts ...any) testv1.TwirpServer {
+		return testv1.NewTestServiceServer(newFixtureService(handle), opts...)
+	})
+	var rt http.RoundTripper = serveInProcess{srv}
+	url := "http://in-process"
+	if !c.inProcess {
+		hs := httptest.NewServer(srv)
+		t.Cleanup(hs.Close)
+		rt, url = hs.Client().Transport, hs.URL
 	}
-	return &testv1.Response{Id: resp.ID, Attempt: int32(resp.Attempt), ExecutionId: resp.ExecutionID, IdempotencyKey: resp.IdempotencyKey}, nil
+	hc := &http.Client{Transport: headerCapture{twirpadapter.Transport(rt)}}
+	return conformanceClient{c.newClient(url, hc)}
 }
 
-func (s *fixtureService) Read(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureRead, in)
+// serveInProcess answers a request with its handler, on the caller's
+// goroutine.
+type serveInProcess struct{ h http.Handler }
+
+func (s serveInProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, req)
+	return w.Result(), nil
 }
 
-func (s *fixtureService) Write(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureWrite, in)
+// suiteCodes are the Twirp codes of the canonical codes the suite's
+// statuses use: the harness's own, so that the adapter's table is what
+// the suite checks, not what the harness assumes.
+var suiteCodes = map[uint32]twirp.ErrorCode{
+	conformance.StatusCanceled:         twirp.Canceled,
+	conformance.StatusDeadlineExceeded: twirp.DeadlineExceeded,
+	conformance.StatusUnimplemented:    twirp.Unimplemented,
+	conformance.StatusInternal:         twirp.Internal,
+	conformance.StatusUnavailable:      twirp.Unavailable,
 }
 
-func (s *fixtureService) IdempotentWrite(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureIdempotentWrite, in)
+// twirpError turns the suite's status into a twirp.Error, its detail as
+// meta.
+func twirpError(st *conformance.Status) error {
+	twerr := twirp.NewError(suiteCodes[st.Code], st.Message)
+	if st.Detail != "" {
+		twerr = twerr.WithMeta("detail", st.Detail)
+	}
+	return twerr
 }
 
-func (s *fixtureService) Slow(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureSlow, in)
+// fixtureService is the shared test service; Ungoverned and Stream are
+// not fixtures (the nil interface one level deeper has them).
+type fixtureService struct {
+	*fixture.Service
+	notFixtures
 }
 
-func (s *fixtureService) Gated(ctx context.Context, in *testv1.Request) (*testv1.Response, error) {
-	return s.serve(ctx, conformance.FixtureGated, in)
+type notFixtures struct{ testv1.TestService }
+
+func newFixtureService(handle conformance.Handler) fixtureService {
+	return fixtureService{Service: &fixture.Service{Handle: handle, Error: twirpError,
+		SetHeader: func(ctx context.Context, k, v string) { _ = twirp.SetHTTPResponseHeader(ctx, k, v) }}}
 }
 
 type conformanceClient struct{ c testv1.TestService }
@@ -90,22 +111,34 @@ type conformanceClient struct{ c testv1.TestService }
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {
 	if approvalID != "" {
 		var err error
-		if ctx, err = twirp.WithHTTPRequestHeaders(ctx, http.Header{middleware.HeaderApprovalID: {approvalID}}); err != nil {
+		if ctx, err = twirp.WithHTTPRequestHeaders(ctx, http.Header{adapter.HeaderApprovalID: {approvalID}}); err != nil {
 			return conformance.Result{Err: err}
 		}
 	}
 	ctx, rec := twirpadapter.RecordEnvelope(ctx)
 	ctx, header := withHeaders(ctx)
-	in := fixture.ProtoRequest(req)
 	call := map[conformance.Fixture]func(context.Context, *testv1.Request) (*testv1.Response, error){
 		conformance.FixtureRead: c.c.Read, conformance.FixtureWrite: c.c.Write, conformance.FixtureIdempotentWrite: c.c.IdempotentWrite,
 		conformance.FixtureSlow: c.c.Slow, conformance.FixtureGated: c.c.Gated,
 	}[f]
-	resp, err := call(ctx, in)
-	env, _ := rec.Envelope(err)
-	res := conformance.Result{Envelope: env, Header: *header, Err: err}
-	if err == nil {
-		res.Response = &conformance.Response{ID: resp.Id, Attempt: int(resp.Attempt), ExecutionID: resp.ExecutionId, IdempotencyKey: resp.IdempotencyKey}
+	resp, err := call(ctx, fixture.ProtoRequest(req))
+	if ctx.Err() != nil {
+		return conformance.Result{Err: err} // the client left: Twirp's client reads no answer then
+	}
+	res := conformance.Result{Header: *header, Err: err}
+	res.Envelope, _ = rec.Envelope(err)
+	if twerr, ok := errors.AsType[twirp.Error](err); ok {
+		res.Status = &conformance.Status{Code: 2, Message: twerr.Msg(), Detail: twerr.Meta("detail")} // 2: Unknown, a code the suite does not use
+		for code, tc := range suiteCodes {
+			if tc == twerr.Code() {
+				res.Status.Code = code
+			}
+		}
+		for k := range twerr.MetaMap() {
+			res.EngineDetail = res.EngineDetail || strings.HasPrefix(k, "agentsafe_")
+		}
+	} else if err == nil {
+		res.Response = new(fixture.Response(resp))
 	}
 	return res
 }

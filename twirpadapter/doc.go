@@ -11,7 +11,9 @@
 //
 // Wrap installs agentsafe's interceptor through the options it hands the
 // constructor, and wraps the server in a small handler that makes the
-// request headers visible to it (Twirp interceptors see none otherwise).
+// request and response headers visible to it (Twirp interceptors see
+// neither otherwise). The README (section "Adopting it, one line per
+// framework") shows it beside the other adapters.
 //
 // # What happens to a call
 //
@@ -20,33 +22,30 @@
 //     registry entry) runs untouched; in strict mode it fails with
 //     not_found (CAPABILITY_NOT_FOUND).
 //  2. The engine opens the execution with the decoded request as input
-//     (bound through protojson, see [middleware.ProtoInput]) and the
+//     (bound through protojson, so both encodings give one digest) and the
 //     Agentsafe-Approval-Id request header, and runs the approval gate.
-//  3. Each attempt runs the handler with its own proto.Clone of the request
-//     and its own response-header sink: the context it gets routes
-//     twirp.SetHTTPResponseHeader and AddHTTPResponseHeader to the sink,
-//     not to the response, so an attempt abandoned at its deadline can
-//     never change what the client receives. twirp.Unavailable errors are
-//     transient (retried where the capability allows); a twirp.Canceled or
-//     DeadlineExceeded error returned after the attempt's context ended is
-//     that context's outcome, TIMEOUT or CANCELLED.
-//  4. The finalized attempt's response headers are copied to the response,
-//     plus Agentsafe-Execution-Id, Agentsafe-Attempts and, when set,
-//     Agentsafe-Approval-Id, on success and on error (a handler cannot set
-//     these three itself).
-//  5. On error the call fails with a twirp.Error: the handler's own
-//     twirp.Error keeps its code, message and meta (but not agentsafe_*
-//     meta, which a relayed downstream error carries for another
-//     execution); a plain Go error or a
-//     panic becomes internal with [middleware.ConcealedMessage]; outcomes
-//     the engine decides get their code from one table (TIMEOUT →
-//     deadline_exceeded, CANCELLED → canceled, APPROVAL_REQUIRED and
-//     APPROVAL_PENDING → failed_precondition, APPROVAL_UNAVAILABLE →
-//     unavailable, other APPROVAL_* → permission_denied, UNAUTHENTICATED →
-//     unauthenticated, RESOURCE_EXHAUSTED → resource_exhausted,
-//     CAPABILITY_NOT_FOUND → not_found, INVALID_ARGUMENT →
-//     invalid_argument, EXECUTION_FAILED → internal) and the envelope's
-//     message. The envelope is in the error's meta under the Meta* keys.
+//  3. Each attempt runs the handler with its own response-header sink
+//     (twirp.SetHTTPResponseHeader and AddHTTPResponseHeader write to it),
+//     so an attempt abandoned at its deadline never changes what the
+//     client receives; when the capability allows retries, attempts after
+//     the first get a proto.Clone of the request as it arrived. The engine
+//     reads a handler's twirp.Error by its code: unavailable is transient,
+//     canceled or deadline_exceeded after the attempt's context ended is
+//     that context's outcome.
+//  4. The finalized attempt's response headers go out, and the envelope's
+//     replace any a handler set: Agentsafe-Execution-Id,
+//     Agentsafe-Attempts and Agentsafe-Approval-Id on success and error,
+//     Agentsafe-Code and Agentsafe-Retryable on error.
+//  5. The handler's own twirp.Error passes unchanged: code, message and
+//     meta (but not agentsafe_ meta, which an error relayed from a
+//     governed service downstream carries for another execution). A plain
+//     Go error or a panic becomes internal with the concealed message.
+//     Every other outcome gets the engine's code for it (TIMEOUT →
+//     deadline_exceeded, APPROVAL_REQUIRED → failed_precondition, ...;
+//     the caller leaving is canceled, or deadline_exceeded when its own
+//     deadline passed) and the envelope's message; the outcomes the engine
+//     decided, but the caller leaving, repeat the envelope in the error's
+//     meta under the Meta* keys.
 //
 // A request Twirp cannot decode never reaches the interceptor: Twirp
 // answers it (malformed) and no execution is opened. Twirp has no
@@ -55,8 +54,9 @@
 //
 // # Clients
 //
-// [EnvelopeFromError] reads the envelope from a failed call's error. A
-// successful call's envelope travels in response headers, which generated
-// clients do not expose: give the client's http.Client a [Transport] and
-// make the call with a context from [RecordEnvelope].
+// Give the client's http.Client a [Transport] and make each call with a
+// context from [RecordEnvelope]: the Recorder reads the envelope from the
+// response headers, on success and on error. Without them,
+// [EnvelopeFromError] reads it from the meta of an error agentsafe
+// decided.
 package twirpadapter

@@ -2,17 +2,19 @@ package twirpadapter
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	"github.com/twitchtv/twirp"
 )
 
-const metaPrefix = "agentsafe_"
-
-// The keys of the Twirp error meta a governed call's error carries: the
-// envelope, for clients (see [EnvelopeFromError]).
+// The keys of the Twirp error meta that an error agentsafe itself decided
+// carries: the envelope, for clients (see [EnvelopeFromError]). A
+// handler's own twirp.Error never gains them.
 const (
 	// MetaCode is the agentsafe code, for example "TIMEOUT".
 	MetaCode = "agentsafe_code"
@@ -28,8 +30,9 @@ const (
 	MetaApprovalID = "agentsafe_approval_id"
 )
 
-// twirpCodes is the one table from the canonical RPC code an agentsafe code
-// is written as (see [middleware.Code.RPCCode]) to Twirp's error code.
+// twirpCodes is the one table between Twirp's error codes and the
+// canonical RPC codes (the numbering gRPC and Connect share), which index
+// it.
 var twirpCodes = [...]twirp.ErrorCode{
 	0:  twirp.NoError,
 	1:  twirp.Canceled,
@@ -50,69 +53,90 @@ var twirpCodes = [...]twirp.ErrorCode{
 	16: twirp.Unauthenticated,
 }
 
-func twirpCode(c middleware.Code) twirp.ErrorCode {
-	if n := c.RPCCode(); int(n) < len(twirpCodes) && n != 0 {
-		return twirpCodes[n]
+// canonical returns the canonical RPC code of a Twirp error code. Twirp's
+// two codes of its own read as their nearest: a request that did not
+// decode is invalid_argument (as Connect says), a path that names no
+// method unimplemented (as gRPC says).
+func canonical(c twirp.ErrorCode) uint32 {
+	switch c {
+	case twirp.Malformed:
+		return 3
+	case twirp.BadRoute:
+		return 12
 	}
-	return twirp.Internal
+	if i := slices.Index(twirpCodes[:], c); i > 0 {
+		return uint32(i)
+	}
+	return 2 // unknown
 }
 
-// toTwirpError writes a failed envelope as a Twirp error. A twirp.Error the
-// handler returned on purpose keeps its code, message and meta (except
-// agentsafe_* keys, which belong to another execution); every other
-// outcome is the envelope's code (through the table) and message, which
-// for a plain Go error or a panic is the concealed one. The envelope is
-// added as meta either way, and err stays reachable through errors.As, for
-// Twirp's error hooks.
-func toTwirpError(env middleware.Envelope, err error) twirp.Error {
-	e := env.Error
-	var out twirp.Error
-	var own twirp.Error
-	if e.Code == middleware.CodeExecutionFailed && errors.As(err, &own) {
-		out = twirp.NewError(own.Code(), own.Msg())
-		for k, v := range own.MetaMap() {
-			// An error relayed from a governed service downstream carries
-			// that execution's envelope: it is not this one's.
-			if !strings.HasPrefix(k, metaPrefix) {
-				out = out.WithMeta(k, v)
-			}
-		}
-	} else {
-		out = twirp.NewError(twirpCode(e.Code), e.Message)
+// status is the adapter's one function from Twirp's errors to codes (see
+// [adapter.Call]).
+func status(err error) (uint32, string, bool) {
+	twerr, ok := errors.AsType[twirp.Error](err)
+	if !ok {
+		return 0, "", false
 	}
-	out = out.WithMeta(MetaCode, e.Code.String()).
-		WithMeta(MetaRetryable, strconv.FormatBool(e.Retryable)).
-		WithMeta(MetaExecutionID, env.ExecutionID).
-		WithMeta(MetaAttempts, strconv.Itoa(env.Attempts))
-	if env.ApprovalID != "" {
-		out = out.WithMeta(MetaApprovalID, env.ApprovalID)
+	return canonical(twerr.Code()), twerr.Msg(), true
+}
+
+// twirpError writes a failed execution as a Twirp error. A twirp.Error the
+// handler returned passes unchanged, except for agentsafe_ meta relayed
+// from a governed service downstream, which describes another execution.
+// Every other outcome is the table's code for it and the envelope's
+// message, which for a plain Go error or a panic is the concealed one; an
+// outcome the engine decided carries the envelope as meta. err stays
+// reachable through errors.As, for Twirp's error hooks.
+func twirpError(env middleware.Envelope, err error) error {
+	if own, ok := adapter.HandlerError(err); ok {
+		return withoutRelayedMeta(own)
+	}
+	out := twirp.NewError(twirpCodes[adapter.RPCCode(err)], env.Error.Message)
+	if adapter.CarriesDetail(err) {
+		out = out.WithMeta(MetaCode, env.Error.Code.String()).
+			WithMeta(MetaRetryable, strconv.FormatBool(env.Error.Retryable)).
+			WithMeta(MetaExecutionID, env.ExecutionID).
+			WithMeta(MetaAttempts, strconv.Itoa(env.Attempts))
+		if env.ApprovalID != "" {
+			out = out.WithMeta(MetaApprovalID, env.ApprovalID)
+		}
 	}
 	return twirp.WrapError(out, err)
 }
 
-// EnvelopeFromError reads the envelope a governed call's error carries in
-// its meta. It reports false for nil, for errors that are not Twirp errors,
-// and for Twirp errors without the envelope (an ungoverned method, or a
-// failure before the call reached the engine, such as a malformed request).
-func EnvelopeFromError(err error) (middleware.Envelope, bool) {
-	var twerr twirp.Error
-	if err == nil || !errors.As(err, &twerr) || twerr.Meta(MetaExecutionID) == "" {
-		return middleware.Envelope{}, false
+func withoutRelayedMeta(err error) error {
+	twerr, _ := errors.AsType[twirp.Error](err) // own errors are Twirp's
+	out, dropped := twirp.NewError(twerr.Code(), twerr.Msg()), false
+	for k, v := range twerr.MetaMap() {
+		if strings.HasPrefix(k, "agentsafe_") {
+			dropped = true
+		} else {
+			out = out.WithMeta(k, v)
+		}
 	}
-	code, ok := middleware.ParseCode(twerr.Meta(MetaCode))
-	if !ok {
+	if !dropped {
+		return err
+	}
+	return twirp.WrapError(out, err)
+}
+
+// EnvelopeFromError reads the envelope an error agentsafe decided carries
+// in its meta. It reports false for nil, for errors that are not Twirp
+// errors, and for Twirp errors without the envelope: a handler's own error
+// and a cancelled call carry it only in the response headers (read them
+// with [RecordEnvelope]), an ungoverned method and a request Twirp could
+// not decode have none.
+func EnvelopeFromError(err error) (middleware.Envelope, bool) {
+	twerr, ok := errors.AsType[twirp.Error](err)
+	if !ok || twerr.Meta(MetaExecutionID) == "" {
 		return middleware.Envelope{}, false
 	}
 	attempts, _ := strconv.Atoi(twerr.Meta(MetaAttempts))
-	return middleware.Envelope{
-		ExecutionID: twerr.Meta(MetaExecutionID),
-		Status:      middleware.StatusOf(code),
-		Attempts:    attempts,
-		ApprovalID:  twerr.Meta(MetaApprovalID),
-		Error: &middleware.EnvelopeError{
-			Code:      code,
-			Message:   twerr.Msg(),
-			Retryable: twerr.Meta(MetaRetryable) == "true",
-		},
-	}, true
+	return adapter.EnvelopeFromDetail(&agentsafev1.ErrorDetail{
+		Code:        twerr.Meta(MetaCode),
+		Retryable:   twerr.Meta(MetaRetryable) == "true",
+		ExecutionId: twerr.Meta(MetaExecutionID),
+		ApprovalId:  twerr.Meta(MetaApprovalID),
+		Attempts:    int32(attempts),
+	}, twerr.Msg()), true
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/twirpadapter"
@@ -15,7 +16,7 @@ import (
 // One call wraps the generated constructor. The capabilities come from the
 // service's method options: Read may retry, Write may not.
 func Example() {
-	eng, err := middleware.New(nil) // method options only
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // method options only
 	if err != nil {
 		panic(err)
 	}
@@ -34,10 +35,11 @@ func Example() {
 	env, _ := rec.Envelope(err)
 	fmt.Println(resp.GetId(), "on attempt", resp.GetAttempt(), "-", env.Status, "after", env.Attempts, "attempts")
 
-	// A write that is not idempotent is not: the caller gets the error,
-	// with the envelope in its meta.
-	_, err = client.Write(context.Background(), &testv1.Request{Id: "order-42"})
-	env, _ = twirpadapter.EnvelopeFromError(err)
+	// A write that is not idempotent is not: the caller gets the handler's
+	// own error, unchanged, and the envelope in the response headers.
+	ctx, rec = twirpadapter.RecordEnvelope(context.Background())
+	_, err = client.Write(ctx, &testv1.Request{Id: "order-42"})
+	env, _ = rec.Envelope(err)
 	fmt.Println(err)
 	fmt.Println(env.Status, env.Error.Code, "after", env.Attempts, "attempt; safe to re-invoke:", env.Error.Retryable)
 	// Output:

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/twirpadapter"
@@ -17,17 +19,15 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
 
 // guard bounds every wait on the system under test, so a broken rule fails
 // the test instead of hanging it. Nothing waits this long when rules hold.
 const guard = 10 * time.Second
 
 const (
-	procRead       = "/agentsafe.test.v1.TestService/Read"
-	procWrite      = "/agentsafe.test.v1.TestService/Write"
-	procSlow       = "/agentsafe.test.v1.TestService/Slow"
-	procUngoverned = "/agentsafe.test.v1.TestService/Ungoverned"
+	procRead       = testv1.TestService_Read_FullMethodName
+	procUngoverned = testv1.TestService_Ungoverned_FullMethodName
 )
 
 // service is the test service: every method behaves as the request says.
@@ -105,28 +105,24 @@ func (s *service) Stream(ctx context.Context, in *testv1.Request) (*testv1.Respo
 }
 
 // harness is a real HTTP server with the governed test service, and an
-// engine whose final and abandoned_result events arrive on channels.
+// engine whose final events arrive on a channel.
 type harness struct {
-	t         *testing.T
-	svc       *service
-	eng       *middleware.Engine
-	finals    chan middleware.Event
-	abandoned chan middleware.Event
-	srv       *httptest.Server
+	t      *testing.T
+	svc    *service
+	eng    *middleware.Engine
+	finals chan middleware.Event
+	srv    *httptest.Server
 }
 
 func newHarness(t *testing.T, reg *middleware.Registry, svc *service, opts ...middleware.Option) *harness {
 	t.Helper()
-	h := &harness{t: t, svc: svc, finals: make(chan middleware.Event, 64), abandoned: make(chan middleware.Event, 64)}
+	h := &harness{t: t, svc: svc, finals: make(chan middleware.Event, 64)}
 	sink := middleware.EventSinkFunc(func(_ context.Context, e middleware.Event) {
-		switch {
-		case e.Type.Final():
+		if e.Type.Final() {
 			h.finals <- e
-		case e.Type == middleware.EventAbandonedResult:
-			h.abandoned <- e
 		}
 	})
-	eng, err := middleware.New(reg, append([]middleware.Option{middleware.WithEventSink(sink)}, opts...)...)
+	eng, err := middleware.New(reg, append([]middleware.Option{middleware.WithEventSink(sink), middleware.WithApprovalStore(approvalstore.NewMemory())}, opts...)...)
 	if err != nil {
 		t.Fatalf("middleware.New: %v", err)
 	}
@@ -204,12 +200,16 @@ func twerr(t *testing.T, err error) twirp.Error {
 	return te
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
-
-func envelopeOf(err error) (middleware.Envelope, bool) {
-	env, ok := twirpadapter.EnvelopeFromError(err)
+// call makes one call with a context from twirpadapter.RecordEnvelope and
+// withHeaders, and returns what the client saw: the envelope (as the
+// Recorder reads it), the response headers and the error.
+func call(ctx context.Context, do func(context.Context) error) (middleware.Envelope, http.Header, error) {
+	ctx, rec := twirpadapter.RecordEnvelope(ctx)
+	ctx, header := withHeaders(ctx)
+	err := do(ctx)
+	env, _ := rec.Envelope(err)
 	if env.Error == nil {
 		env.Error = &middleware.EnvelopeError{}
 	}
-	return env, ok
+	return env, *header, err
 }

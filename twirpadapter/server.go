@@ -36,10 +36,11 @@ type Server struct {
 //	})
 //
 // The returned server also makes the request headers agentsafe reads
-// (Agentsafe-Approval-Id) visible to the interceptor, which Twirp alone does
-// not. Options given with [WithServerOptions] are passed first, so
-// agentsafe's interceptor runs inside every interceptor of yours: an
-// authentication interceptor runs before the engine's actor function.
+// (Agentsafe-Approval-Id) and the response headers it writes visible to the
+// interceptor, which Twirp alone does not. Options given with
+// [WithServerOptions] are passed first, so agentsafe's interceptor runs
+// inside every interceptor of yours: an authentication interceptor runs
+// before the engine's actor function.
 //
 // Wrap panics if eng or newServer is nil, or if newServer does not pass the
 // options on (the service would run ungoverned without anyone noticing).
@@ -58,23 +59,23 @@ func Wrap[S TwirpServer](eng *middleware.Engine, newServer func(opts ...any) S, 
 		installed = true
 		twirp.WithServerInterceptors(interceptor(eng))(o)
 	})
-	serverOpts := make([]any, 0, len(cfg.serverOpts)+1)
-	for _, o := range cfg.serverOpts {
-		serverOpts = append(serverOpts, o)
-	}
-	inner := newServer(append(serverOpts, ours)...)
+	inner := newServer(append(cfg.serverOpts, ours)...)
 	if !installed {
 		panic("twirpadapter: the constructor given to Wrap must pass its options to the generated New…Server function")
 	}
 	return &Server{inner: inner}
 }
 
-type headerKey struct{}
+// wire is what the interceptor needs of the HTTP exchange and Twirp does
+// not show it: the request's headers, and the response's.
+type wire struct{ req, resp http.Header }
 
-// ServeHTTP makes the request's headers visible to the interceptor, then
-// serves the request with the wrapped server.
+type wireKey struct{}
+
+// ServeHTTP makes the request's and the response's headers visible to the
+// interceptor, then serves the request with the wrapped server.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), headerKey{}, r.Header)))
+	s.inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), wireKey{}, &wire{r.Header, w.Header()})))
 }
 
 // PathPrefix returns the wrapped server's path prefix, for routing.
@@ -87,12 +88,6 @@ func (s *Server) ServiceDescriptor() ([]byte, int) { return s.inner.ServiceDescr
 // server.
 func (s *Server) ProtocGenTwirpVersion() string { return s.inner.ProtocGenTwirpVersion() }
 
-// requestHeader returns the request headers Server put in ctx, or nil.
-func requestHeader(ctx context.Context) http.Header {
-	h, _ := ctx.Value(headerKey{}).(http.Header)
-	return h
-}
-
 // Option configures [Wrap].
 type Option interface{ apply(*config) }
 
@@ -101,7 +96,7 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	serverOpts []twirp.ServerOption
+	serverOpts []any // twirp.ServerOption values, as generated constructors take them
 }
 
 // WithServerOptions passes Twirp server options (hooks, interceptors, path

@@ -2,14 +2,15 @@ package twirpadapter_test
 
 import (
 	"context"
-	"net/http"
+	"maps"
 	"net/http/httptest"
-	"strings"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/twirpadapter"
@@ -24,8 +25,11 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 	t.Run("options", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, nil, &service{})
-		_, err := h.client(testv1.NewTestServiceProtobufClient).Read(t.Context(), &testv1.Request{FailTimes: 9})
-		if env, _ := envelopeOf(err); env.Attempts != 3 || h.svc.runs.Load() != 3 {
+		env, _, _ := call(t.Context(), func(ctx context.Context) error {
+			_, err := h.client(testv1.NewTestServiceProtobufClient).Read(ctx, &testv1.Request{FailTimes: 9})
+			return err
+		})
+		if env.Attempts != 3 || h.svc.runs.Load() != 3 {
 			t.Errorf("%d attempts, %d runs; want the option's 3", env.Attempts, h.svc.runs.Load())
 		}
 		h.final()
@@ -34,8 +38,11 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 		t.Parallel()
 		reg := middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead})
 		h := newHarness(t, reg, &service{})
-		_, err := h.client(testv1.NewTestServiceProtobufClient).Read(t.Context(), &testv1.Request{FailTimes: 9})
-		if env, _ := envelopeOf(err); env.Attempts != 1 || h.svc.runs.Load() != 1 {
+		env, _, _ := call(t.Context(), func(ctx context.Context) error {
+			_, err := h.client(testv1.NewTestServiceProtobufClient).Read(ctx, &testv1.Request{FailTimes: 9})
+			return err
+		})
+		if env.Attempts != 1 || h.svc.runs.Load() != 1 {
 			t.Errorf("%d attempts, %d runs; want 1: the registry entry has no retry", env.Attempts, h.svc.runs.Load())
 		}
 		h.final()
@@ -43,7 +50,7 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 	t.Run("registry governs a method without an option", func(t *testing.T) {
 		t.Parallel()
 		reg := middleware.NewRegistry().Register(procUngoverned, middleware.Capability{
-			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxAttempts: 1, Backoff: time.Millisecond},
+			SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Millisecond},
 		})
 		h := newHarness(t, reg, &service{})
 		resp, err := h.client(testv1.NewTestServiceJSONClient).Ungoverned(t.Context(), &testv1.Request{FailTimes: 1})
@@ -56,37 +63,18 @@ func TestMetadataFromOptionsAndRegistry(t *testing.T) {
 	})
 }
 
-func TestBadInput(t *testing.T) {
+// In strict mode a method without a capability is refused, not run.
+func TestStrictMode(t *testing.T) {
 	t.Parallel()
-	t.Run("a malformed approval header is invalid_argument naming it", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t, nil, &service{})
-		ctx, err := twirp.WithHTTPRequestHeaders(t.Context(), http.Header{middleware.HeaderApprovalID: {"apr_not-an-id"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = h.client(testv1.NewTestServiceJSONClient).Write(ctx, &testv1.Request{})
-		te := twerr(t, err)
-		env, _ := envelopeOf(err)
-		if te.Code() != twirp.InvalidArgument || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(te.Msg(), middleware.HeaderApprovalID) {
-			t.Errorf("error %v (envelope %+v), want invalid_argument INVALID_ARGUMENT naming %s", err, env.Error, middleware.HeaderApprovalID)
-		}
-		if h.svc.runs.Load() != 0 {
-			t.Error("the handler ran despite a malformed approval header")
-		}
-		h.final()
+	h := newHarness(t, nil, &service{}, middleware.WithStrict())
+	env, _, err := call(t.Context(), func(ctx context.Context) error {
+		_, err := h.client(testv1.NewTestServiceProtobufClient).Ungoverned(ctx, &testv1.Request{})
+		return err
 	})
-	t.Run("strict mode refuses a method without capability", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t, nil, &service{}, middleware.WithStrict())
-		_, err := h.client(testv1.NewTestServiceProtobufClient).Ungoverned(t.Context(), &testv1.Request{})
-		te := twerr(t, err)
-		env, _ := envelopeOf(err)
-		if te.Code() != twirp.NotFound || env.Error.Code != middleware.CodeCapabilityNotFound || h.svc.runs.Load() != 0 {
-			t.Errorf("error %v (envelope %+v) after %d runs, want not_found CAPABILITY_NOT_FOUND, nothing run", err, env.Error, h.svc.runs.Load())
-		}
-		h.final()
-	})
+	if te := twerr(t, err); te.Code() != twirp.NotFound || env.Error.Code != middleware.CodeCapabilityNotFound || h.svc.runs.Load() != 0 {
+		t.Errorf("error %v (envelope %+v) after %d runs, want not_found CAPABILITY_NOT_FOUND, nothing run", err, env.Error, h.svc.runs.Load())
+	}
+	h.final()
 }
 
 // The interceptors of the application run outside agentsafe's, once per
@@ -95,7 +83,7 @@ func TestWrap(t *testing.T) {
 	t.Parallel()
 	t.Run("application interceptors wrap the execution", func(t *testing.T) {
 		t.Parallel()
-		eng, err := middleware.New(nil)
+		eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +116,7 @@ func TestWrap(t *testing.T) {
 	})
 	t.Run("a constructor that drops the options panics", func(t *testing.T) {
 		t.Parallel()
-		eng, err := middleware.New(nil)
+		eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,62 +127,65 @@ func TestWrap(t *testing.T) {
 		}()
 		twirpadapter.Wrap(eng, func(...any) testv1.TwirpServer { return testv1.NewTestServiceServer(&service{}) })
 	})
-}
-
-// A Twirp handler that answers canceled or deadline_exceeded because its
-// context ended gave up: the outcome is the context's (CANCELLED here), not
-// a failure of its own. The handler ends its caller's context itself and
-// returns at once, so its answer usually reaches the engine before the
-// engine sees the context end; every round must be CANCELLED.
-func TestHandlerGivingUpWithItsContextIsTheContextsOutcome(t *testing.T) {
-	t.Parallel()
-	reg := middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead})
-	eng, err := middleware.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type cancelKey struct{}
-	svc := &service{hook: func(ctx context.Context, _ *testv1.Request, _ middleware.Execution) (*testv1.Response, error) {
-		ctx.Value(cancelKey{}).(context.CancelFunc)()
-		return nil, twirp.NewError(twirp.Canceled, "gave up: "+ctx.Err().Error())
-	}}
-	srv := twirpadapter.Wrap(eng, func(opts ...any) testv1.TwirpServer { return testv1.NewTestServiceServer(svc, opts...) })
-	for range 50 {
-		ctx, cancel := context.WithCancel(t.Context())
-		ctx = context.WithValue(ctx, cancelKey{}, context.CancelFunc(cancel))
-		req := httptest.NewRequestWithContext(ctx, http.MethodPost, testv1.TestServicePathPrefix+"Read", strings.NewReader(`{}`))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, req)
-		if body := rec.Body.String(); !strings.Contains(body, `"agentsafe_code":"CANCELLED"`) {
-			t.Fatalf("%d %s, want CANCELLED", rec.Code, body)
-		}
-	}
-}
-
-// On a fake clock, in process: an attempt's timeout is the capability's,
-// and a handler honouring it ends TIMEOUT, retryable.
-func TestAttemptTimeoutOnAFakeClock(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		reg := middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Minute})
-		eng, err := middleware.New(reg)
+	t.Run("the generated server mounted instead of Wrap's fails closed", func(t *testing.T) {
+		t.Parallel()
+		eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := twirpadapter.Wrap(eng, func(opts ...any) testv1.TwirpServer {
-			return testv1.NewTestServiceServer(&service{}, opts...)
+		svc := &service{}
+		var inner testv1.TwirpServer
+		twirpadapter.Wrap(eng, func(opts ...any) testv1.TwirpServer {
+			inner = testv1.NewTestServiceServer(svc, opts...)
+			return inner
 		})
-		req := httptest.NewRequest(http.MethodPost, testv1.TestServicePathPrefix+"Read", strings.NewReader(`{"mode":"honour"}`))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		start := time.Now()
-		srv.ServeHTTP(rec, req)
-		body := rec.Body.String()
-		if rec.Code != http.StatusRequestTimeout || !strings.Contains(body, `"agentsafe_code":"TIMEOUT"`) || !strings.Contains(body, `"agentsafe_retryable":"true"`) {
-			t.Errorf("%d %s, want deadline_exceeded with TIMEOUT, retryable", rec.Code, body)
-		}
-		if d := time.Since(start); d != time.Minute {
-			t.Errorf("answered after %s, want the attempt timeout of 1m", d)
+		hs := httptest.NewServer(inner)
+		defer hs.Close()
+		_, err = testv1.NewTestServiceProtobufClient(hs.URL, hs.Client()).Write(t.Context(), &testv1.Request{})
+		if te := twerr(t, err); te.Code() != twirp.Internal || svc.runs.Load() != 0 {
+			t.Errorf("error %v after %d runs: a governed method must not run outside Wrap's server", err, svc.runs.Load())
 		}
 	})
+}
+
+// The request is copied only when a retry is possible, and then only for
+// the attempts after the first: a call that cannot be retried runs on the
+// message Twirp decoded.
+func TestRequestIsCopiedOnlyForRetries(t *testing.T) {
+	t.Parallel()
+	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type decodedKey struct{}
+	decoded := twirp.Interceptor(func(next twirp.Method) twirp.Method {
+		return func(ctx context.Context, req any) (any, error) {
+			return next(context.WithValue(ctx, decodedKey{}, req), req)
+		}
+	})
+	var mu sync.Mutex
+	original := map[string][]bool{} // by request id, per attempt: did it get the decoded message?
+	svc := &service{hook: func(ctx context.Context, in *testv1.Request, _ middleware.Execution) (*testv1.Response, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		original[in.Id] = append(original[in.Id], ctx.Value(decodedKey{}) == any(in))
+		return nil, nil
+	}}
+	srv := twirpadapter.Wrap(eng, func(opts ...any) testv1.TwirpServer {
+		return testv1.NewTestServiceServer(svc, opts...)
+	}, twirpadapter.WithServerOptions(twirp.WithServerInterceptors(decoded)))
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	client := testv1.NewTestServiceProtobufClient(hs.URL, hs.Client())
+	if _, err := client.Read(t.Context(), &testv1.Request{Id: "read", FailTimes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Write(t.Context(), &testv1.Request{Id: "write"}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string][]bool{"read": {true, false}, "write": {true}}; !maps.EqualFunc(original, want, slices.Equal) {
+		t.Errorf("attempts given the decoded message: %v, want %v", original, want)
+	}
 }

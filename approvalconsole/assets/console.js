@@ -3,11 +3,26 @@
 "use strict";
 
 let session = null;
+let etag = "";         // the pending list's ETag, sent back in If-None-Match
+let pollTimer = 0;
+let polling = null;    // the poll in flight, if any
+let again = false;     // a full refresh was asked for while polling
 
 function $(sel, root) { return (root || document).querySelector(sel); }
 
-async function api(path, options) {
-  const res = await fetch(path, Object.assign({ credentials: "same-origin", cache: "no-store" }, options));
+// apiURL resolves path against the page's origin and path only. The page's
+// URL may carry credentials (http://bob:bob@host/console/), and fetch
+// refuses any URL that does, relative ones resolved against it included;
+// the browser still sends the credentials it was given for this origin.
+function apiURL(path) {
+  return new URL(path, location.origin + location.pathname).href;
+}
+
+// call fetches an API path and returns the response and its JSON body (null
+// for a 304, which only a conditional request gets); a refusal throws.
+async function call(path, options) {
+  const res = await fetch(apiURL(path), Object.assign({ credentials: "same-origin", cache: "no-store" }, options));
+  if (res.status === 304) return { res: res, body: null };
   let body = null;
   try { body = await res.json(); } catch (e) { /* not JSON */ }
   if (!res.ok) {
@@ -17,7 +32,11 @@ async function api(path, options) {
     err.code = body && body.error ? body.error.code : "";
     throw err;
   }
-  return body;
+  return { res: res, body: body };
+}
+
+async function api(path, options) {
+  return (await call(path, options)).body;
 }
 
 function notice(text) {
@@ -77,6 +96,43 @@ function showDecided(card, a) {
   card.classList.add("decided");
 }
 
+function cardOf(id) {
+  for (const card of $("#approvals").children) if (card.dataset.id === id) return card;
+  return null;
+}
+
+// settle shows what became of a card's request once it left the pending
+// list without being decided on this page: decided by someone else, or
+// expired.
+async function settle(card) {
+  card.classList.add("decided");
+  let a;
+  try {
+    a = await api("api/approvals/" + encodeURIComponent(card.dataset.id));
+  } catch (e) {
+    a = null;
+  }
+  if (a && a.status !== "pending") {
+    showDecided(card, a);
+  } else {
+    showDecided(card, { status: "" });
+    $(".status", card).textContent = "no longer pending";
+  }
+}
+
+// show puts the pending list on the page. Cards already there stay as they
+// are, so a poll never loses a comment being typed; new requests are added;
+// a card whose request is no longer pending says what became of it.
+function show(approvals) {
+  const list = $("#approvals");
+  const pending = new Set(approvals.map((a) => a.id));
+  for (const card of list.children) {
+    if (!pending.has(card.dataset.id) && !card.classList.contains("decided")) settle(card);
+  }
+  for (const a of approvals) if (!cardOf(a.id)) list.append(render(a));
+  $("#empty").hidden = approvals.length > 0;
+}
+
 async function decide(card, id, approve) {
   const status = $(".status", card);
   const buttons = card.querySelectorAll("button");
@@ -97,29 +153,62 @@ async function decide(card, id, approve) {
   }
 }
 
-async function load() {
+// refresh asks for the pending list: only if it changed since the last
+// answer, unless full, which also clears the cards already decided.
+async function refresh(full) {
+  const headers = {};
+  if (etag && !full) headers["If-None-Match"] = etag;
+  const { res, body } = await call("api/approvals", { headers: headers });
+  if (res.status !== 304) {
+    etag = res.headers.get("ETag") || "";
+    if (full) $("#approvals").replaceChildren();
+    show(body.approvals);
+  }
+  notice("");
+}
+
+// start learns who the approver is, then shows the whole pending list.
+async function start() {
   try {
     session = await api("api/session");
   } catch (e) {
-    $("#who").textContent = "";
-    notice(e.message);
-    return;
+    if (!session) $("#who").textContent = "";
+    throw e;
   }
   let who = "Signed in as " + session.approver.id;
   if (session.approver.tenant) who += " · " + session.approver.tenant;
   $("#who").textContent = who;
-  try {
-    const data = await api("api/approvals");
-    const list = $("#approvals");
-    list.replaceChildren(...data.approvals.map(render));
-    $("#empty").hidden = data.approvals.length > 0;
-    notice("");
-  } catch (e) {
-    notice(e.message);
+  await refresh(true);
+}
+
+// poll refreshes the list (from the start when full) and again after the
+// session's pollMillis; one poll runs at a time, and a full one asked for
+// meanwhile runs right after it.
+async function poll(full) {
+  if (polling) {
+    again = again || full;
+    return;
   }
+  clearTimeout(pollTimer);
+  polling = (async () => {
+    try {
+      if (full || !session) await start();
+      else await refresh(false);
+    } catch (e) {
+      notice(e.message);
+    }
+  })();
+  await polling;
+  polling = null;
+  if (again) {
+    again = false;
+    return poll(true);
+  }
+  if (session) pollTimer = setTimeout(poll, session.pollMillis > 0 ? session.pollMillis : 5000, false);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("#refresh").addEventListener("click", load);
-  load();
+  $("#refresh").addEventListener("click", () => poll(true));
+  window.addEventListener("focus", () => poll(false));
+  poll(true);
 });

@@ -1,59 +1,64 @@
 -- consume: mark an approved record as used by one execution.
--- KEYS[1] the record. ARGV[2] audience, ARGV[3] requester id, ARGV[4]
--- requester tenant, ARGV[5] procedure, ARGV[6] approval type, ARGV[7]
--- digest, ARGV[8] execution id, ARGV[9] lease (µs), ARGV[10] retention
--- (µs), ARGV[11] '1' to rewrite on a repeat (so that a WAIT after it
--- covers the original write).
--- Replies {'ok', now, record}, or one of {'not_found'}, {'pending'},
--- {'rejected'}, {'expired'}, {'consumed'}, {'resume_mismatch'},
--- {'input_mismatch'}.
+-- KEYS[1] the record. ARGV[2] audience, ARGV[3..6] the actor's id, tenant,
+-- kind and on_behalf_of (a JSON list, '' for none), ARGV[7] procedure,
+-- ARGV[8] approval type, ARGV[9] quorum (1 or more), ARGV[10] digest,
+-- ARGV[11] execution id, ARGV[12] lease (µs), ARGV[13] retention (µs),
+-- ARGV[14] '1' to rewrite on a repeat (so that a WAIT after it covers the
+-- original write).
+-- Replies {'ok', type, approver id, tenant, kind, on_behalf_of, comment,
+-- decided_at}: the deciding vote, flat and nothing more, or one of
+-- {'not_found'}, {'pending'}, {'rejected'}, {'expired'}, {'consumed'},
+-- {'resume_mismatch'}, {'input_mismatch'}.
 --
 -- The checks run in the order of consumable() in rules.go; all of them
 -- come before the single write, so a refusal changes nothing. A repeat by
 -- the execution that consumed the record succeeds: a client may retry
--- after a lost reply. One read serves the checks and the reply.
-local r = record()
-local status = r[f_status]
-if not status or r[f_audience] ~= ARGV[2] or r[f_requester_id] ~= ARGV[3] or r[f_requester_tenant] ~= ARGV[4] then
+-- after a lost reply. The requester is compared whole: the on_behalf_of
+-- lists are JSON that Go encodes the same way for the same list.
+local r = read('status', 'audience', 'requester_id', 'requester_tenant', 'requester_kind', 'requester_on_behalf_of',
+  'expires_at', 'consumed_by', 'procedure', 'type', 'quorum', 'digest',
+  'approver_id', 'approver_tenant', 'approver_kind', 'approver_on_behalf_of', 'comment', 'decided_at')
+if not r.status or r.audience ~= ARGV[2] or r.requester_id ~= ARGV[3] or r.requester_tenant ~= ARGV[4]
+    or (r.requester_kind or '') ~= ARGV[5] or (r.requester_on_behalf_of or '') ~= ARGV[6] then
   return {'not_found'}
 end
+local approval = {'ok', r.type or '', r.approver_id or '', r.approver_tenant or '', r.approver_kind or '',
+  r.approver_on_behalf_of or '', r.comment or '', r.decided_at or ''}
 local now = now_us()
-local expires = tonumber(r[f_expires_at])
-if status == 'approved' then
+local expires = tonumber(r.expires_at)
+if r.status == 'approved' then
   if now >= expires then
     return {'expired'}
   end
-elseif status == 'pending' then
+elseif r.status == 'pending' then
   if now >= expires then
     return {'expired'}
   end
   return {'pending'}
-elseif status == 'rejected' or status == 'cancelled' then
+elseif r.status == 'rejected' or r.status == 'cancelled' then
   return {'rejected'}
-elseif status == 'expired' then -- never stored today; read like rules.go would
+elseif r.status == 'expired' then -- never stored today; read like rules.go would
   return {'expired'}
-else -- consumed, completed, failed (in_doubt is consumed past its lease)
-  if r[f_consumed_by] == ARGV[8] then
-    if ARGV[11] == '1' then
-      redis.call('HSET', KEYS[1], 'consumed_by', ARGV[8])
+else -- consumed, completed, failed, in_doubt
+  if r.consumed_by == ARGV[11] then
+    if ARGV[14] == '1' then
+      redis.call('HSET', KEYS[1], 'consumed_by', ARGV[11])
     end
-    return {'ok', int(now), r}
+    return approval
   end
   return {'consumed'}
 end
-if r[f_procedure] ~= ARGV[5] or r[f_type] ~= ARGV[6] then
+if r.procedure ~= ARGV[7] or r.type ~= ARGV[8] or math.max(tonumber(r.quorum) or 0, 1) ~= tonumber(ARGV[9]) then
   return {'resume_mismatch'}
 end
-if r[f_digest] ~= ARGV[7] then
+if r.digest ~= ARGV[10] then
   return {'input_mismatch'}
 end
-local lease = now + tonumber(ARGV[9])
-r[f_status], r[f_consumed_by], r[f_consumed_at], r[f_lease_until] = 'consumed', ARGV[8], int(now), int(lease)
-redis.call('HSET', KEYS[1], 'status', r[f_status], 'consumed_by', r[f_consumed_by],
-  'consumed_at', r[f_consumed_at], 'lease_until', r[f_lease_until])
+local lease = now + tonumber(ARGV[12])
+redis.call('HSET', KEYS[1], 'status', 'consumed', 'consumed_by', ARGV[11], 'consumed_at', int(now), 'lease_until', int(lease))
 -- Create set the TTL to expiry + retention; only a lease beyond the expiry
 -- needs a longer one.
 if lease > expires then
-  redis.call('PEXPIRE', KEYS[1], ttl_ms(lease - now + tonumber(ARGV[10])))
+  redis.call('PEXPIRE', KEYS[1], ttl_ms(lease - now + tonumber(ARGV[13])))
 end
-return {'ok', int(now), r}
+return approval

@@ -24,3 +24,16 @@ local function ttl_ms(us)
   return int(math.max(math.ceil(us / 1000), 1000))
 end
 
+
+-- read returns the named fields of the record at KEYS[1] as a table by
+-- name, false where unset: for scripts that need a few fields, not the
+-- whole record.
+local function read(...)
+  local names = {...}
+  local values = redis.call('HMGET', KEYS[1], unpack(names))
+  local r = {}
+  for i, name in ipairs(names) do
+    r[name] = values[i]
+  end
+  return r
+end

@@ -33,10 +33,10 @@ func main() {
 func run() error {
 	reg := middleware.NewRegistry().
 		Register("get-order", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second,
-			Retry: middleware.Retry{MaxAttempts: 2, Backoff: 20 * time.Millisecond}}).
+			Retry: middleware.Retry{MaxRetries: 2, Backoff: 20 * time.Millisecond}}).
 		Register("refund-order", middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: 2 * time.Second,
-			Retry: middleware.Retry{MaxAttempts: 1, Backoff: 20 * time.Millisecond}})
-	eng, err := middleware.New(reg)
+			Retry: middleware.Retry{MaxRetries: 1, Backoff: 20 * time.Millisecond}})
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil)) // routes only: no protobuf method options
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	show("GET /orders/42", resp)
+	if env := show("GET /orders/42", resp); env.Error != nil || env.Attempts != 2 {
+		return fmt.Errorf("GET /orders/42: want a success in 2 attempts, got %+v", env)
+	}
 
 	svc.Gateway.LoseReplies.Store(1)
 	resp, err = http.Post(base+"/orders/44/refund", "application/json", strings.NewReader(`{"amountCents": 5000}`))
@@ -67,14 +69,18 @@ func run() error {
 	}
 	show("POST /orders/44/refund", resp)
 	fmt.Printf("the gateway applied %d refund(s)\n", svc.Gateway.Refunds())
+	if svc.Gateway.Refunds() != 1 {
+		return errors.New("the retried refund must be applied once, under one idempotency key")
+	}
 	return nil
 }
 
-func show(what string, resp *http.Response) {
+func show(what string, resp *http.Response) middleware.Envelope {
 	env, _ := nethttpadapter.EnvelopeFromResponse(resp)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	fmt.Printf("%s: %d %s after %d attempt(s) in %s: %s\n", what, resp.StatusCode, env.Status, env.Attempts, env.ExecutionID, strings.TrimSpace(string(body)))
+	return env
 }
 
 // getOrder and refund are ordinary handlers: they signal failure by status

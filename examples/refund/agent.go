@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,6 +15,8 @@ import (
 	"github.com/agentsafe/agentsafe/examples/internal/orders"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -107,7 +110,7 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 
 	a.title("7. Cancelling an order is destructive: always approved first; the manager rejects it")
 	r.AskCancel = a.show(unary(ctx, a.client.CancelOrder, &ordersv1.CancelOrderRequest{OrderId: "42"}, ""))
-	if _, err := a.s.eng.Decide(ctx, r.AskCancel.ApprovalID, middleware.Decision{Approve: false, Approver: manager, Comment: "the customer wants to keep it"}); err != nil {
+	if _, err := a.s.eng.Decide(ctx, r.AskCancel.ApprovalID, store.Decision{Approve: false, Approver: manager, Comment: "the customer wants to keep it"}); err != nil {
 		return r, err
 	}
 	r.CancelRejected = a.show(unary(ctx, a.client.CancelOrder, &ordersv1.CancelOrderRequest{OrderId: "42"}, r.AskCancel.ApprovalID))
@@ -162,7 +165,7 @@ func (b bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func unary[Req, Res any](ctx context.Context, f func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req, approvalID string) (*Res, middleware.Envelope, error) {
 	req := connect.NewRequest(msg)
 	if approvalID != "" {
-		req.Header().Set(middleware.HeaderApprovalID, approvalID)
+		req.Header().Set(adapter.HeaderApprovalID, approvalID)
 	}
 	res, err := f(ctx, req)
 	env, _ := connectadapter.ReadEnvelope(res, err)
@@ -190,7 +193,7 @@ func (a *scriptedAgent) show(res any, env middleware.Envelope, err error) result
 	for _, run := range r.Runs {
 		fmt.Fprintf(a.out, "   handler: %s attempt %d key %s… %s\n", run.ExecutionID, run.Attempt, run.IdempotencyKey[:12], run.What)
 	}
-	r.Events = a.s.audit.of(env.ExecutionID)
+	r.Events = a.s.audit.Execution(env.ExecutionID)
 	fmt.Fprintf(a.out, "   audit trail of %s:\n", env.ExecutionID)
 	print(a.out, r.Events)
 	return r
@@ -205,24 +208,19 @@ func (a *scriptedAgent) serverSide(ctx context.Context, procedure string) (any, 
 			id = run.ExecutionID
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, e := range a.s.audit.of(id) {
-			if e.Type.Final() {
-				env := middleware.Envelope{ExecutionID: id, Status: middleware.StatusOf(e.Code), Attempts: e.Attempts}
-				if e.Code != middleware.CodeOK {
-					env.Error = &middleware.EnvelopeError{Code: e.Code, Message: "(as the server recorded it)", Retryable: e.Retryable}
-				}
-				return nil, env, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, middleware.Envelope{}, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	evs, err := a.s.audit.WaitFinal(ctx, id)
+	if err != nil {
+		return nil, middleware.Envelope{}, fmt.Errorf("no final event for %s: %w", id, err)
 	}
-	return nil, middleware.Envelope{}, fmt.Errorf("no final event for %s", id)
+	i := slices.IndexFunc(evs, func(e middleware.Event) bool { return e.Type.Final() })
+	e := evs[i]
+	env := middleware.Envelope{ExecutionID: id, Status: e.Code.Status(), Attempts: e.Attempts}
+	if e.Code != middleware.CodeOK {
+		env.Error = &middleware.EnvelopeError{Code: e.Code, Message: "(as the server recorded it)", Retryable: e.Retryable}
+	}
+	return nil, env, nil
 }
 
 // bearer authenticates the agent's calls.

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
-	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -69,7 +69,7 @@ func run(redisURL string, serve, console bool, addr string, out io.Writer) error
 	return err
 }
 
-func openStore(redisURL string) (middleware.ApprovalStore, func(), error) {
+func openStore(redisURL string) (store.ApprovalStore, func(), error) {
 	if redisURL == "" {
 		return approvalstore.NewMemory(), func() {}, nil
 	}
@@ -90,7 +90,7 @@ func openStore(redisURL string) (middleware.ApprovalStore, func(), error) {
 // admin endpoint or the approval console would.
 func autoApprove(s *server) approver {
 	return func(ctx context.Context, id string) error {
-		rec, err := s.eng.Decide(ctx, id, middleware.Decision{Approve: true, Approver: manager, Comment: "ok, the customer called"})
+		rec, err := s.eng.Decide(ctx, id, store.Decision{Approve: true, Approver: manager, Comment: "ok, the customer called"})
 		if err == nil {
 			fmt.Fprintf(os.Stdout, "   %s (%s) approved %q, requested by %s for: %s\n", manager.ID, rec.Type, id, rec.Requester.ID, rec.View)
 		}
@@ -105,11 +105,11 @@ func consoleApprove(s *server, out io.Writer) approver {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
 		for {
-			rec, err := s.eng.Approvals().Get(ctx, id)
+			rec, err := s.eng.Get(ctx, id)
 			if err != nil {
 				return err
 			}
-			if rec.Status != middleware.ApprovalPending {
+			if rec.Status != store.ApprovalPending {
 				fmt.Fprintf(out, "   %s %s it: %q\n", rec.Approver.ID, rec.Status, rec.Comment)
 				return nil
 			}
@@ -136,7 +136,7 @@ func printCurl(out io.Writer, url string) {
   # approve it: in the browser at %[1]s/console/ (bob / bob), or with the console's JSON API
   TOKEN=$(curl -s -u bob:bob %[1]s/console/api/session | sed 's/.*"csrfToken":"\([^"]*\)".*/\1/')
   curl -s -u bob:bob -X POST %[1]s/console/api/approvals/APPROVAL_ID/decision \
-    -H "X-Agentsafe-Csrf-Token: $TOKEN" -H 'Content-Type: application/json' -d '{"approve":true,"comment":"ok"}'
+    -H "Agentsafe-Csrf-Token: $TOKEN" -H 'Content-Type: application/json' -d '{"approve":true,"comment":"ok"}'
 
   # the same procedures as MCP tools (streamable HTTP), for an MCP client such as an agent:
   #   %[1]s/mcp  with the header  Authorization: Bearer agent-token

@@ -7,14 +7,15 @@ import (
 	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // TestStory runs the scripted agent against the example server and checks
 // the story's outcomes (not its log text), on both approval stores.
 func TestStory(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) middleware.ApprovalStore{
-		"memory": func(*testing.T) middleware.ApprovalStore { return approvalstore.NewMemory() },
-		"redis": func(t *testing.T) middleware.ApprovalStore {
+	for name, open := range map[string]func(t *testing.T) store.ApprovalStore{
+		"memory": func(*testing.T) store.ApprovalStore { return approvalstore.NewMemory() },
+		"redis": func(t *testing.T) store.ApprovalStore {
 			store, err := approvalstore.NewRedis(redistest.Start(t).Client())
 			if err != nil {
 				t.Fatal(err)
@@ -64,7 +65,7 @@ func checkStory(t *testing.T, r report) {
 		t.Errorf("cancelled: %+v", r.Cancelled)
 	}
 	// 5. The approval: requested (nothing ran), approved, consumed once.
-	if r.AskApproval.Code != middleware.CodeApprovalRequired || len(r.AskApproval.Runs) != 0 || !middleware.ValidApprovalID(r.AskApproval.ApprovalID) {
+	if r.AskApproval.Code != middleware.CodeApprovalRequired || len(r.AskApproval.Runs) != 0 || !store.ValidApprovalID(r.AskApproval.ApprovalID) {
 		t.Errorf("ask approval: %+v", r.AskApproval)
 	}
 	if r.Resume.Code != middleware.CodeOK || len(r.Resume.Runs) != 1 || r.Resume.ApprovalID != r.AskApproval.ApprovalID {

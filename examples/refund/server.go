@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalconsole"
 	"github.com/agentsafe/agentsafe/connectadapter"
 	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentsafe/agentsafe/examples/internal/orders"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -31,15 +33,17 @@ var (
 
 // server is the order service over Connect, governed by one interceptor.
 type server struct {
-	eng   *middleware.Engine
-	svc   *orders.Service
-	audit *audit
+	eng *middleware.Engine
+	svc *orders.Service
+	// audit is the audit trail, kept in memory for the demo to print; a
+	// service sends it to its log (middleware.NewSlogSink) or OpenTelemetry.
+	audit *agentsafetest.Recorder
 	url   string
 	http  *http.Server
 }
 
-func newServer(store middleware.ApprovalStore) (*server, error) {
-	s := &server{svc: orders.New(), audit: newAudit()}
+func newServer(store store.ApprovalStore) (*server, error) {
+	s := &server{svc: orders.New(), audit: &agentsafetest.Recorder{}}
 	eng, err := middleware.New(nil, // the capabilities are the method options in orders.proto
 		middleware.WithApprovalStore(store),
 		middleware.WithActor(actorFromContext),

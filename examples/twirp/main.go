@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/agentsafe/agentsafe/approvalstore"
 	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 	"github.com/agentsafe/agentsafe/examples/internal/orders"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -28,7 +29,8 @@ func main() {
 }
 
 func run() error {
-	eng, err := middleware.New(nil) // the method options of orders.proto
+	eng, err := middleware.New(nil, // the method options of orders.proto
+		middleware.WithApprovalStore(approvalstore.NewMemory())) // its CancelOrder needs approvals
 	if err != nil {
 		return err
 	}
@@ -50,11 +52,17 @@ func run() error {
 	order, err := client.GetOrder(ctx, &ordersv1.GetOrderRequest{OrderId: "42"})
 	env, _ := rec.Envelope(err)
 	fmt.Printf("GetOrder: %s after %d attempts (%s), err=%v\n", order.GetStatus(), env.Attempts, env.ExecutionID, err)
+	if err != nil || env.Attempts != 2 {
+		return fmt.Errorf("GetOrder: want success in 2 attempts, got %v in %d", err, env.Attempts)
+	}
 
 	svc.FlakyMails.Store(1)
 	ctx, rec = twirpadapter.RecordEnvelope(context.Background())
 	_, err = client.NotifyCustomer(ctx, &ordersv1.NotifyCustomerRequest{OrderId: "42", Message: "hello"})
 	env, _ = rec.Envelope(err)
+	if env.Error == nil || env.Attempts != 1 || env.Error.Retryable {
+		return fmt.Errorf("NotifyCustomer: want one attempt that is not safe to re-invoke, got %+v", env)
+	}
 	fmt.Printf("NotifyCustomer: %s %s after %d attempt (external: never retried), safe to re-invoke: %t\n", env.Status, env.Error.Code, env.Attempts, env.Error.Retryable)
 	return nil
 }

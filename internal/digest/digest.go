@@ -33,17 +33,19 @@ const (
 // is I-JSON (see the package documentation) and canonicalizing it with
 // RFC 8785. Errors wrap [ErrUnbindable].
 func JSON(procedure string, body []byte) (string, error) {
-	canonical, err := canonicalJSON(body)
+	c, err := checkJSON(body, checked)
 	if err != nil {
 		return "", err
 	}
 	w := newWriter(procedure, formRPC)
-	w.body(kindJSON, canonical)
+	if err := w.canonical(c); err != nil {
+		return "", err
+	}
 	return w.sum(), nil
 }
 
 // Keyed returns the form of digest that events carry when a deployment key is
-// configured (SPEC §8): "hmac-sha256:" and the lowercase hex HMAC-SHA256,
+// configured: "hmac-sha256:" and the lowercase hex HMAC-SHA256,
 // under key, of two string fields laid out as in the digest pre-image:
 // "agentsafe.v1.event-digest" and digest. A small input cannot be guessed
 // back from it without the key. With an empty key, or an empty digest (nothing was bound), it
@@ -91,6 +93,14 @@ func (w *writer) bytes(b []byte) {
 func (w *writer) body(kind string, b []byte) {
 	w.str(kind)
 	w.bytes(b)
+}
+
+// canonical writes the body fields of a checked JSON document, streaming
+// its canonical form into the hash.
+func (w *writer) canonical(c *canonicalizer) error {
+	w.str(kindJSON)
+	w.count(int(c.size))
+	return c.emit(w.h)
 }
 
 func (w *writer) sum() string {

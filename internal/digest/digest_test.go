@@ -137,9 +137,7 @@ func TestAccepted(t *testing.T) {
 		`-9007199254740991`,
 		`9.007199254740991e15`,
 		`90071992547409910e-1`,
-		`9007199254740991.5`, // not integral: rounded, as a float64 handler would
 		`1.5e-300`,
-		`1e-99999999999`,
 		`0.000`,
 		`"\uffff\ufdd0"`, // noncharacters are bound byte for byte
 		`"\u0000"`,
@@ -365,5 +363,120 @@ func TestKeyed(t *testing.T) {
 	}
 	if got := digest.Keyed(key, ""); got != "" {
 		t.Errorf(`Keyed of "" = %q; want ""`, got)
+	}
+}
+
+// TestNumbersMustBeExactDoubles checks the SPEC §7 rule that a number is
+// refused when its exact decimal value differs from the value of the shortest
+// round-trip form of its nearest double: otherwise two different amounts
+// would share a digest.
+func TestNumbersMustBeExactDoubles(t *testing.T) {
+	t.Parallel()
+	inexact := func(num, at string) string {
+		return "number " + num + " at " + at + " cannot be represented exactly as a double"
+	}
+	tests := []struct {
+		doc string
+		msg string // "" when the number is accepted
+	}{
+		{`{"amount":12345678901234567.1}`, inexact("12345678901234567.1", `"/amount"`)},
+		{`{"amount":12345678901234568.9}`, inexact("12345678901234568.9", `"/amount"`)},
+		{`{"x":1e-400}`, inexact("1e-400", `"/x"`)},
+		{`[-1e-400]`, inexact("-1e-400", `"/0"`)},
+		{`0.10000000000000000555`, inexact("0.10000000000000000555", "the top level")},
+		{`0.1000000000000000055511151231257827`, inexact("0.1000000000000000055511151231257827", "the top level")},
+		{`0.30000000000000001`, inexact("0.30000000000000001", "the top level")},
+		{`4.9e-324`, inexact("4.9e-324", "the top level")}, // the double is 5e-324
+		{`2.5e-324`, inexact("2.5e-324", "the top level")}, // rounds up to 5e-324
+		{`2e-324`, inexact("2e-324", "the top level")},     // rounds down to 0
+		{`1e-99999999999`, inexact("1e-99999999999", "the top level")},
+		{`0.` + strings.Repeat("1", 100), inexact("0."+strings.Repeat("1", 62)+"…", "the top level")},
+		// Integers beyond 2^53−1 keep their own message, overflow included.
+		{`1e400`, "number 1e400 at the top level is an integer beyond ±(2^53−1)"},
+		{`1.7976931348623157e308`, "number 1.7976931348623157e308 at the top level is an integer beyond ±(2^53−1)"},
+		{`9007199254740993`, "is an integer beyond ±(2^53−1)"},
+
+		{`0.1`, ""},
+		{`0.10`, ""},
+		{`1.0`, ""},
+		{`1e0`, ""},
+		{`-0`, ""},
+		{`-0.0e-400`, ""},
+		{`5e-324`, ""},
+		{`-5e-324`, ""},
+		{`2.2250738585072014e-308`, ""},
+		{`1.7976931348623157e307`, "is an integer beyond"}, // exact, but an integer
+		{`1.797693134862316e-307`, ""},
+		{`1.7976931348623157e-307`, inexact("1.7976931348623157e-307", "the top level")}, // the double is 1.797693134862316e-307
+		{`0.30000000000000004`, ""},
+		{`3.141592653589793`, ""},
+		{`123456789012345.6`, ""},
+		{`1e-7`, ""},
+		{`0.` + strings.Repeat("0", 400) + `1e401`, ""}, // 1, spelled long
+	}
+	for _, tt := range tests {
+		d, err := digest.JSON("/p.S/M", []byte(tt.doc))
+		switch {
+		case tt.msg == "" && err != nil:
+			t.Errorf("JSON(%s) refused: %v", tt.doc, err)
+		case tt.msg == "":
+		case !errors.Is(err, digest.ErrUnbindable):
+			t.Errorf("JSON(%s) = %q, %v; want ErrUnbindable", tt.doc, d, err)
+		case !strings.Contains(err.Error(), tt.msg):
+			t.Errorf("JSON(%s): error %q does not say %q", tt.doc, err, tt.msg)
+		}
+	}
+}
+
+// TestDifferentNumbersNeverShareADigest checks pairs of different values that
+// rounding to a double would bind alike: at most one of each pair binds.
+func TestDifferentNumbersNeverShareADigest(t *testing.T) {
+	t.Parallel()
+	for _, pair := range [][2]string{
+		{`{"amount":12345678901234567.1}`, `{"amount":12345678901234568.9}`},
+		{`{"x":0}`, `{"x":1e-400}`},
+		{`{"x":0.1}`, `{"x":0.10000000000000000555}`},
+		{`{"x":5e-324}`, `{"x":4.9e-324}`},
+	} {
+		a, errA := digest.JSON("/p.S/M", []byte(pair[0]))
+		b, errB := digest.JSON("/p.S/M", []byte(pair[1]))
+		if errA == nil && errB == nil && a == b {
+			t.Errorf("%s and %s share the digest %s", pair[0], pair[1], a)
+		}
+	}
+}
+
+// TestNestingDeeperThan64IsRefused checks the SPEC §7 depth bound for arrays
+// and objects: 64 levels bind, the 65th is refused where it opens.
+func TestNestingDeeperThan64IsRefused(t *testing.T) {
+	t.Parallel()
+	nest := func(open, close string, levels int) string {
+		return strings.Repeat(open, levels) + "0" + strings.Repeat(close, levels)
+	}
+	tests := []struct {
+		name, doc, msg string
+	}{
+		{"arrays at the limit", nest("[", "]", 64), ""},
+		{"objects at the limit", nest(`{"a":`, "}", 64), ""},
+		{"arrays beyond the limit", nest("[", "]", 65), `nesting deeper than 64 at "/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0"…`},
+		{"objects beyond the limit", nest(`{"a":`, "}", 65), `nesting deeper than 64 at "/a/a/a/`},
+		{"unclosed", strings.Repeat("[", 1000), "nesting deeper than 64"},
+		{"mixed", `{"x":[` + nest(`{"y":`, "}", 62) + `]}`, ""},
+		{"mixed beyond the limit", `{"x":[` + nest(`{"y":`, "}", 63) + `]}`, `nesting deeper than 64 at "/x/0/y/y/`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, err := digest.JSON("/p.S/M", []byte(tt.doc))
+			switch {
+			case tt.msg == "" && err != nil:
+				t.Errorf("JSON refused: %v", err)
+			case tt.msg == "":
+			case !errors.Is(err, digest.ErrUnbindable):
+				t.Errorf("JSON = %q, %v; want ErrUnbindable", d, err)
+			case !strings.Contains(err.Error(), tt.msg):
+				t.Errorf("error %q does not say %q", err, tt.msg)
+			}
+		})
 	}
 }

@@ -43,13 +43,13 @@ type HTTPRequest struct {
 // is checked and canonicalized as by [JSON]; any other body, and an empty
 // one, is bound byte for byte. Errors wrap [ErrUnbindable].
 func HTTP(r HTTPRequest) (string, error) {
-	kind, body := kindRaw, r.Body
+	var body *canonicalizer // nil: the body is bound raw
 	if len(r.Body) > 0 && IsJSON(r.Header.Get("Content-Type")) {
-		canonical, err := canonicalJSON(r.Body)
+		c, err := checkJSON(r.Body, checked)
 		if err != nil {
 			return "", err
 		}
-		kind, body = kindJSON, canonical
+		body = c
 	}
 
 	method := r.Method
@@ -83,7 +83,11 @@ func HTTP(r HTTPRequest) (string, error) {
 		w.strs(r.Header.Values(name))
 	}
 
-	w.body(kind, body)
+	if body == nil {
+		w.body(kindRaw, r.Body)
+	} else if err := w.canonical(body); err != nil {
+		return "", err
+	}
 	return w.sum(), nil
 }
 

@@ -1,197 +1,259 @@
 package digest
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/gowebpki/jcs"
 )
 
-// maxSafeInteger is 2^53−1, the largest integer every JSON implementation
-// holds exactly (RFC 7493 §2.2).
-const maxSafeInteger = "9007199254740991"
+// maxDepth is the deepest nesting of arrays and objects that binds.
+const maxDepth = 64
 
-// canonicalJSON checks that doc is I-JSON as the package documentation
-// defines it and returns its RFC 8785 canonical form.
-func canonicalJSON(doc []byte) ([]byte, error) {
-	if err := checkIJSON(doc); err != nil {
+// mode says which checks a document gets beyond RFC 8785's own.
+type mode uint8
+
+const (
+	// checked JSON came from a client: every I-JSON check in the package
+	// documentation applies.
+	checked mode = iota
+	// rendered JSON is protojson's rendering of a decoded message: it
+	// binds as jcs.Transform would canonicalize it (exact duplicate names
+	// and numbers beyond the range of a double are refused), within the
+	// depth bound.
+	rendered
+)
+
+// step is one step of the path from the top level to a value: a member
+// name (the offset of its opening quote) or an array index.
+type step struct {
+	name  int // -1 in an array
+	index int
+}
+
+// canonicalizer checks a JSON document and streams its RFC 8785 form. It
+// works in three passes over the document, each linear in its length:
+//
+//  1. check validates everything but duplicate names, and computes the
+//     length of the canonical form (the pre-image needs it first), the
+//     number of object members, and the most members that emitting any
+//     one object holds at once (its own and its enclosing objects');
+//  2. index records, for every object member in document order, where its
+//     name starts and how deep its object is: 5 bytes a member, and a member
+//     takes at least 5 bytes of input;
+//  3. emit writes the canonical form. Arrays, strings and numbers stream
+//     straight from the input; an object's members are found in the index,
+//     checked for duplicates and sorted by name in a scratch arena, and
+//     their values emitted in that order by reading them again in place.
+//
+// So the memory it needs besides the input is the index and the arena,
+// together at most 9 bytes per member (under 2× the input), plus a fixed
+// buffer; and it never holds a canonical value, which can be longer than
+// its input (1e15 becomes 1000000000000000).
+type canonicalizer struct {
+	doc  []byte
+	mode mode
+
+	size     int64 // of the canonical form
+	members  int
+	maxHeld  int
+	path     [maxDepth]step
+	names    []uint32 // offset of each member name's opening quote
+	levels   []uint8  // nesting level of each member's object, 1 at the top
+	arena    []uint32 // member indexes of the objects being emitted
+	held     int      // arena in use
+	out      io.Writer
+	written  int64
+	buf      []byte
+	bufSpace [512]byte
+}
+
+// checkJSON runs the first pass over doc and returns the canonicalizer
+// ready to emit it. Errors wrap [ErrUnbindable].
+func checkJSON(doc []byte, m mode) (*canonicalizer, error) {
+	if off := invalidUTF8(doc); off >= 0 {
+		return nil, fmt.Errorf("%w: invalid UTF-8 at byte offset %d", ErrUnbindable, off)
+	}
+	if uint64(len(doc)) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: JSON document of %d bytes is larger than 4 GiB", ErrUnbindable, len(doc))
+	}
+	c := &canonicalizer{doc: doc, mode: m}
+	i := c.skipSpace(0)
+	if i == len(doc) {
+		return nil, fmt.Errorf("%w: empty JSON document", ErrUnbindable)
+	}
+	end, held, err := c.check(i, 0)
+	if err != nil {
 		return nil, err
 	}
-	return canonicalizeTrusted(doc)
+	if end = c.skipSpace(end); end < len(doc) {
+		return nil, fmt.Errorf("%w: invalid JSON: data after the top-level value at byte offset %d", ErrUnbindable, end)
+	}
+	c.maxHeld = held
+	return c, nil
 }
 
-// canonicalizeTrusted returns the RFC 8785 form of doc without the I-JSON
-// checks. JCS refuses some inputs itself (numbers beyond the range of a
-// double, nesting deeper than 10000); those are unbindable too.
-func canonicalizeTrusted(doc []byte) ([]byte, error) {
-	canonical, err := jcs.Transform(doc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: JSON cannot be canonicalized: %v", ErrUnbindable, err)
+// emit writes the canonical form to w: the index pass, then the emit pass.
+// Errors wrap [ErrUnbindable], except an internal inconsistency.
+func (c *canonicalizer) emit(w io.Writer) error {
+	c.index()
+	c.out = w
+	c.buf = c.bufSpace[:0]
+	if _, _, err := c.emitValue(c.skipSpace(0), 0, 0); err != nil {
+		return err
 	}
-	return canonical, nil
+	c.flush()
+	if c.written != c.size {
+		return fmt.Errorf("digest: internal error: canonical form is %d bytes, not the %d computed", c.written, c.size)
+	}
+	return nil
 }
 
-// frame is one open object or array during the validation walk.
-type frame struct {
-	object bool
-	// names maps the case-folded form of each member name seen so far to
-	// the name as written; nil until the first member.
-	names map[string]string
-	// key is the member whose value comes next (objects) and index the
-	// element that comes next (arrays), for error locations.
-	key     string
-	index   int
-	wantKey bool
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
+
+func (c *canonicalizer) skipSpace(i int) int {
+	for i < len(c.doc) && isSpace(c.doc[i]) {
+		i++
+	}
+	return i
 }
 
-// checkIJSON walks the token stream of doc with encoding/json, the decoder
-// handlers use, and refuses what cannot be bound faithfully.
-func checkIJSON(doc []byte) error {
-	if off := invalidUTF8(doc); off >= 0 {
-		return fmt.Errorf("%w: invalid UTF-8 at byte offset %d", ErrUnbindable, off)
+// syntaxError reports invalid JSON at offset i.
+func (c *canonicalizer) syntaxError(i int, want string) error {
+	if i >= len(c.doc) {
+		return fmt.Errorf("%w: invalid JSON: unexpected end of input", ErrUnbindable)
 	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-
-	var stack []frame
-	values := 0
-	for {
-		start := dec.InputOffset()
-		tok, err := dec.Token()
-		if err == io.EOF {
-			switch {
-			case len(stack) > 0:
-				return fmt.Errorf("%w: invalid JSON: unexpected end of input", ErrUnbindable)
-			case values == 0:
-				return fmt.Errorf("%w: empty JSON document", ErrUnbindable)
-			}
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: invalid JSON: %v", ErrUnbindable, err)
-		}
-		if len(stack) == 0 && values > 0 {
-			return fmt.Errorf("%w: invalid JSON: data after the top-level value at byte offset %d", ErrUnbindable, start)
-		}
-
-		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantKey {
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:n-1]
-				values += closeValue(stack)
-				continue
-			}
-			name := tok.(string) // Token guarantees a string in key position.
-			if err := checkEscapes(doc[start:dec.InputOffset()]); err != nil {
-				return fmt.Errorf("%w: member name %s in the object at %s: %v", ErrUnbindable, quote(name), location(stack), err)
-			}
-			f := &stack[n-1]
-			folded := foldName(name)
-			if prev, dup := f.names[folded]; dup {
-				if prev == name {
-					return fmt.Errorf("%w: duplicate member name %s in the object at %s", ErrUnbindable, quote(name), location(stack))
-				}
-				return fmt.Errorf("%w: duplicate member name %s in the object at %s (equal to %s under case folding, as encoding/json matches names)",
-					ErrUnbindable, quote(name), location(stack), quote(prev))
-			}
-			if f.names == nil {
-				f.names = make(map[string]string)
-			}
-			f.names[folded] = name
-			f.key = name
-			f.wantKey = false
-			continue
-		}
-
-		switch tok := tok.(type) {
-		case json.Delim:
-			switch tok {
-			case '{':
-				stack = append(stack, frame{object: true, wantKey: true})
-			case '[':
-				stack = append(stack, frame{})
-			case ']':
-				stack = stack[:len(stack)-1]
-				values += closeValue(stack)
-			}
-		case string:
-			if err := checkEscapes(doc[start:dec.InputOffset()]); err != nil {
-				return fmt.Errorf("%w: string at %s: %v", ErrUnbindable, location(stack), err)
-			}
-			values += closeValue(stack)
-		case json.Number:
-			if unsafeInteger(string(tok)) {
-				return fmt.Errorf("%w: number %s at %s is an integer beyond ±(2^53−1)", ErrUnbindable, truncate(string(tok)), location(stack))
-			}
-			values += closeValue(stack)
-		default: // bool, nil
-			values += closeValue(stack)
-		}
-	}
+	r, _ := utf8.DecodeRune(c.doc[i:])
+	return fmt.Errorf("%w: invalid JSON: unexpected %s at byte offset %d, expected %s", ErrUnbindable, strconv.QuoteRuneToASCII(r), i, want)
 }
 
-// closeValue records that a complete value was read inside the innermost
-// open container, and reports 1 when it was the top-level value.
-func closeValue(stack []frame) int {
-	if len(stack) == 0 {
-		return 1
-	}
-	f := &stack[len(stack)-1]
-	if f.object {
-		f.wantKey = true
-	} else {
-		f.index++
-	}
-	return 0
-}
-
-// location renders the position of the value about to be read as an
-// RFC 6901 JSON Pointer.
-func location(stack []frame) string {
-	if len(stack) == 0 {
+// location renders path[:depth], the position of a value, as an RFC 6901
+// JSON Pointer.
+func (c *canonicalizer) location(depth int) string {
+	if depth == 0 {
 		return "the top level"
 	}
 	var b strings.Builder
-	for i, f := range stack {
-		last := i == len(stack)-1
-		switch {
-		case f.object && last && f.wantKey:
-			// The location of the object itself.
-		case f.object:
-			b.WriteByte('/')
-			b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(f.key))
-		default:
-			b.WriteByte('/')
-			b.WriteString(strconv.Itoa(f.index))
+	for _, s := range c.path[:depth] {
+		b.WriteByte('/')
+		if s.name < 0 {
+			b.WriteString(strconv.Itoa(s.index))
+			continue
 		}
-	}
-	if b.Len() == 0 {
-		return "the top level"
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(c.decodeName(s.name)))
+		if b.Len() > 64 {
+			break // quote truncates it anyway
+		}
 	}
 	return quote(b.String())
 }
 
-// foldName returns a key that is equal for two names exactly when
-// strings.EqualFold says they are equal: each rune is replaced by the
-// smallest rune of its simple case folding orbit. encoding/json matches
-// member names to struct fields with this equivalence.
-func foldName(name string) string {
+// decodeName returns the string at doc[at], its opening quote, for error
+// messages: escapes decoded, unpaired surrogates as U+FFFD.
+func (c *canonicalizer) decodeName(at int) string {
 	var b strings.Builder
-	b.Grow(len(name))
-	for _, r := range name {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
+	for i := at + 1; ; {
+		r, next := c.nextRune(i)
+		if r < 0 || b.Len() > 64 {
+			return b.String()
 		}
-		b.WriteRune(least)
+		b.WriteRune(r)
+		i = next
 	}
-	return b.String()
+}
+
+// nextRune decodes the character at doc[i] inside a string that check
+// accepted, or one with unpaired surrogates (decoded as U+FFFD). At the
+// closing quote it returns -1.
+func (c *canonicalizer) nextRune(i int) (r rune, next int) {
+	doc := c.doc
+	switch b := doc[i]; {
+	case b == '"':
+		return -1, i
+	case b < utf8.RuneSelf && b != '\\':
+		return rune(b), i + 1
+	case b >= utf8.RuneSelf:
+		r, size := utf8.DecodeRune(doc[i:])
+		return r, i + size
+	}
+	switch doc[i+1] {
+	case 'b':
+		return '\b', i + 2
+	case 'f':
+		return '\f', i + 2
+	case 'n':
+		return '\n', i + 2
+	case 'r':
+		return '\r', i + 2
+	case 't':
+		return '\t', i + 2
+	case 'u':
+	default: // " \ /
+		return rune(doc[i+1]), i + 2
+	}
+	u, _ := hex4(doc, i+2)
+	if !utf16.IsSurrogate(u) {
+		return u, i + 6
+	}
+	if u < 0xDC00 && i+11 < len(doc) && doc[i+6] == '\\' && doc[i+7] == 'u' {
+		if low, ok := hex4(doc, i+8); ok && 0xDC00 <= low && low <= 0xDFFF {
+			return utf16.DecodeRune(u, low), i + 12
+		}
+	}
+	return utf8.RuneError, i + 6
+}
+
+// hex4 decodes the four hex digits at doc[at:].
+func hex4(doc []byte, at int) (rune, bool) {
+	if at+4 > len(doc) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range doc[at : at+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// foldRune returns the smallest rune of r's simple case folding orbit: two
+// names are equal under strings.EqualFold, which encoding/json uses to match
+// names to struct fields, exactly when their runes fold alike.
+func foldRune(r rune) rune {
+	if r < utf8.RuneSelf {
+		if 'a' <= r && r <= 'z' {
+			r -= 'a' - 'A'
+		}
+		return r
+	}
+	least := r
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		least = min(least, f)
+	}
+	return least
+}
+
+// utf16Key orders runes as their UTF-16 code units do (RFC 8785 §3.2.3):
+// the characters U+E000–U+FFFF come after every supplementary character,
+// whose high surrogate is below them.
+func utf16Key(r rune) rune {
+	if 0xE000 <= r && r <= 0xFFFF {
+		return r + 0x200000
+	}
+	return r
 }
 
 // invalidUTF8 returns the offset of the first byte of doc that is not part
@@ -210,105 +272,22 @@ func invalidUTF8(doc []byte) int {
 	return -1
 }
 
-// checkEscapes refuses \u escapes of unpaired surrogates in raw, the bytes
-// the decoder consumed for one string token (leading separators and
-// whitespace included; they hold no backslash). encoding/json would decode
-// them to U+FFFD, so two different inputs would reach the handler alike.
-func checkEscapes(raw []byte) error {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return nil
-	}
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' {
-			continue
-		}
-		i++
-		if i >= len(raw) || raw[i] != 'u' {
-			continue // a two-character escape; the decoder checked it
-		}
-		u, ok := hex4(raw, i+1)
-		if !ok {
-			return errors.New("malformed \\u escape")
-		}
-		i += 4
-		switch {
-		case u >= 0xDC00 && u <= 0xDFFF:
-			return fmt.Errorf("unpaired surrogate \\u%04x", u)
-		case u >= 0xD800 && u <= 0xDBFF:
-			if i+2 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
-				return fmt.Errorf("unpaired surrogate \\u%04x", u)
-			}
-			low, ok := hex4(raw, i+3)
-			if !ok || low < 0xDC00 || low > 0xDFFF {
-				return fmt.Errorf("unpaired surrogate \\u%04x", u)
-			}
-			i += 6
-		}
-	}
-	return nil
-}
-
-func hex4(raw []byte, at int) (rune, bool) {
-	if at+4 > len(raw) {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(string(raw[at:at+4]), 16, 16)
-	return rune(v), err == nil
-}
-
-// unsafeInteger reports whether the JSON number token num has an integral
-// value of magnitude above 2^53−1. It works on the decimal digits, so the
-// answer is exact for any spelling and any exponent, and costs no big-number
-// arithmetic an attacker could inflate.
-func unsafeInteger(num string) bool {
-	num = strings.TrimPrefix(num, "-")
-	mantissa, expPart, _ := strings.Cut(strings.ToLower(num), "e")
-	intPart, fracPart, _ := strings.Cut(mantissa, ".")
-
-	// value = digits × 10^exp, with digits stripped of leading and trailing
-	// zeros.
-	digits := strings.TrimLeft(intPart+fracPart, "0")
-	if digits == "" {
-		return false // zero
-	}
-	var exp int64
-	if expPart != "" {
-		e, err := strconv.ParseInt(strings.TrimPrefix(expPart, "+"), 10, 32)
-		if err != nil {
-			// Beyond ±2^31: a huge integer or a tiny fraction.
-			return !strings.HasPrefix(expPart, "-")
-		}
-		exp = e
-	}
-	exp -= int64(len(fracPart))
-	trimmed := strings.TrimRight(digits, "0")
-	exp += int64(len(digits) - len(trimmed))
-	digits = trimmed
-
-	if exp < 0 {
-		return false // not integral
-	}
-	width := int64(len(digits)) + exp // decimal digits of the integer
-	switch {
-	case width < int64(len(maxSafeInteger)):
-		return false
-	case width > int64(len(maxSafeInteger)):
-		return true
-	default:
-		return digits+strings.Repeat("0", int(exp)) > maxSafeInteger
-	}
-}
+// errInternal reports a bug: the passes disagree about the document.
+var errInternal = errors.New("digest: internal error: the index does not match the document")
 
 // quote renders s for an error message: bounded so that a hostile document
 // cannot flood logs, and in ASCII so that look-alikes (K and the Kelvin sign
 // U+212A) read differently.
 func quote(s string) string {
-	return strconv.QuoteToASCII(truncateTo(s, 64))
+	if t := truncate(s); t != s {
+		return strconv.QuoteToASCII(strings.TrimSuffix(t, "…")) + "…"
+	}
+	return strconv.QuoteToASCII(s)
 }
 
-func truncate(s string) string { return truncateTo(s, 64) }
-
-func truncateTo(s string, n int) string {
+// truncate bounds s to 64 bytes for an error message.
+func truncate(s string) string {
+	const n = 64
 	if len(s) <= n {
 		return s
 	}

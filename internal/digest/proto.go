@@ -2,6 +2,9 @@ package digest
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -44,8 +47,8 @@ func Proto(procedure string, m proto.Message) (string, error) {
 		return "", fmt.Errorf("%w: nil protobuf message", ErrUnbindable)
 	}
 	r := m.ProtoReflect()
-	if err := checkUnknown(r, string(r.Descriptor().FullName())); err != nil {
-		return "", err
+	if p := checkUnknown(r); p != nil {
+		return "", fmt.Errorf("%w: protobuf message %s", ErrUnbindable, p.render(r.Descriptor().FullName()))
 	}
 	doc, err := protoJSON.Marshal(m)
 	if err != nil {
@@ -55,50 +58,74 @@ func Proto(procedure string, m proto.Message) (string, error) {
 	// apply: protojson writes 64-bit integers as strings, a double of 1e20 is
 	// a double by schema, and two fields whose JSON names differ only in case
 	// are distinct fields here.
-	canonical, err := canonicalizeTrusted(doc)
+	c, err := checkJSON(doc, rendered)
 	if err != nil {
 		return "", err
 	}
 	w := newWriter(procedure, formRPC)
-	w.body(kindJSON, canonical)
+	if err := w.canonical(c); err != nil {
+		return "", err
+	}
 	return w.sum(), nil
 }
 
-// checkUnknown refuses unknown fields in m and in every message reachable
-// from it, naming the path of the first one found.
-func checkUnknown(m protoreflect.Message, at string) error {
+// problem is what checkUnknown found, and where. The steps to it are
+// appended on the way back up, so a message that binds costs no path.
+type problem struct {
+	steps []string // innermost first: ".field", "[index]", "[key]", "(type)"
+	what  string   // " has unknown fields", ": Any type …"
+}
+
+func (p *problem) render(root protoreflect.FullName) string {
+	var b strings.Builder
+	b.WriteString(string(root))
+	for _, s := range slices.Backward(p.steps) {
+		b.WriteString(s)
+	}
+	b.WriteString(p.what)
+	return b.String()
+}
+
+// checkUnknown finds unknown fields in m or in any message reachable from
+// it: nested messages, lists, map values and the payload of an Any.
+func checkUnknown(m protoreflect.Message) *problem {
 	if len(m.GetUnknown()) > 0 {
-		return fmt.Errorf("%w: protobuf message %s has unknown fields", ErrUnbindable, at)
+		return &problem{what: " has unknown fields"}
 	}
 	if m.Descriptor().FullName() == "google.protobuf.Any" {
-		return checkAny(m, at)
+		return checkAny(m)
 	}
-	var err error
+	var p *problem
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := at + "." + string(fd.Name())
 		switch {
 		case fd.IsList() && fd.Message() != nil:
 			list := v.List()
 			for i := range list.Len() {
-				if err = checkUnknown(list.Get(i).Message(), fmt.Sprintf("%s[%d]", name, i)); err != nil {
-					return false
+				if p = checkUnknown(list.Get(i).Message()); p != nil {
+					p.steps = append(p.steps, "["+strconv.Itoa(i)+"]")
+					break
 				}
 			}
 		case fd.IsMap() && fd.MapValue().Message() != nil:
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				err = checkUnknown(mv.Message(), fmt.Sprintf("%s[%v]", name, k.Interface()))
-				return err == nil
+				if p = checkUnknown(mv.Message()); p != nil {
+					p.steps = append(p.steps, fmt.Sprintf("[%v]", k.Interface()))
+				}
+				return p == nil
 			})
 		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			err = checkUnknown(v.Message(), name)
+			p = checkUnknown(v.Message())
 		}
-		return err == nil
+		if p != nil {
+			p.steps = append(p.steps, "."+string(fd.Name()))
+		}
+		return p == nil
 	})
-	return err
+	return p
 }
 
 // checkAny unpacks an Any as protojson will and checks the payload.
-func checkAny(m protoreflect.Message, at string) error {
+func checkAny(m protoreflect.Message) *problem {
 	fields := m.Descriptor().Fields()
 	url := m.Get(fields.ByNumber(1)).String()
 	value := m.Get(fields.ByNumber(2)).Bytes()
@@ -107,11 +134,15 @@ func checkAny(m protoreflect.Message, at string) error {
 	}
 	mt, err := protoregistry.GlobalTypes.FindMessageByURL(url)
 	if err != nil {
-		return fmt.Errorf("%w: protobuf message %s: Any type %q: %v", ErrUnbindable, at, url, err)
+		return &problem{what: fmt.Sprintf(": Any type %q: %v", url, err)}
 	}
 	payload := mt.New()
 	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(value, payload.Interface()); err != nil {
-		return fmt.Errorf("%w: protobuf message %s: Any payload: %v", ErrUnbindable, at, err)
+		return &problem{what: fmt.Sprintf(": Any payload: %v", err)}
 	}
-	return checkUnknown(payload, at+"("+string(mt.Descriptor().FullName())+")")
+	p := checkUnknown(payload)
+	if p != nil {
+		p.steps = append(p.steps, "("+string(mt.Descriptor().FullName())+")")
+	}
+	return p
 }

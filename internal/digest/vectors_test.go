@@ -3,6 +3,7 @@ package digest_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -38,7 +39,11 @@ type vector struct {
 	// to, or different from, this one's.
 	SameAs      string `json:"sameAs,omitempty"`
 	DiffersFrom string `json:"differsFrom,omitempty"`
-	Digest      string `json:"digest"`
+	Digest      string `json:"digest,omitempty"`
+	// Refused is set instead of Digest for an input that no longer binds,
+	// to what the refusal must say. Such an input never binds again, so no
+	// approval can be resumed with it.
+	Refused string `json:"refused,omitempty"`
 }
 
 type protoInput struct {
@@ -110,6 +115,12 @@ func TestVectors(t *testing.T) {
 	for i := range vectors {
 		v := &vectors[i]
 		got, err := v.compute()
+		if v.Refused != "" {
+			if !errors.Is(err, digest.ErrUnbindable) || !strings.Contains(err.Error(), v.Refused) {
+				t.Errorf("%s: got %s, %v; want ErrUnbindable saying %q", v.Name, got, err, v.Refused)
+			}
+			continue
+		}
 		if err != nil {
 			t.Errorf("%s: %v", v.Name, err)
 			continue

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -22,7 +23,7 @@ const (
 // requireEnv names the environment variable that forbids the fallback.
 const requireEnv = "AGENTSAFE_REQUIRE_REDIS"
 
-const fallbackNotice = "agentsafe: redis-server not found on PATH; using embedded miniredis (set " + requireEnv + "=1 to fail instead)"
+const fallbackNotice = "agentsafe fallback: redis-server not found on PATH; using embedded miniredis (set " + requireEnv + "=1 to fail instead)"
 
 var noticeOnce sync.Once
 
@@ -54,7 +55,9 @@ func Start(tb testing.TB) *Server {
 		if requireRedis() {
 			tb.Fatalf("redistest: redis-server is not on PATH and %s=1 forbids the miniredis fallback; install it (apt-get install redis-server redis-tools)", requireEnv)
 		}
-		noticeOnce.Do(func() { fmt.Fprintln(os.Stderr, fallbackNotice) })
+		// Once on stderr for people, and in the test's log with the marker
+		// CI's summary looks for (see .ci/testsummary).
+		noticeOnce.Do(func() { fmt.Fprintln(os.Stderr, strings.TrimPrefix(fallbackNotice, "agentsafe fallback: ")) })
 		tb.Log(fallbackNotice)
 		s.kind = Miniredis
 		s.mini = miniredis.NewMiniRedis()

@@ -157,7 +157,7 @@ func NeedsApproval(_ context.Context, q middleware.ApprovalQuery) (bool, string,
 	if q.Procedure != "/orders.v1.OrderService/RefundOrder" {
 		return false, "", nil
 	}
-	in, err := q.Input.JSON()
+	in, err := q.Input()
 	if err != nil {
 		return false, "", err
 	}

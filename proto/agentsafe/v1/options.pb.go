@@ -19,7 +19,7 @@
 //         risk: RISK_HIGH
 //         idempotent: true
 //         timeout: { seconds: 5 }
-//         retry: { max_attempts: 1 }
+//         retry: { max_retries: 1 }
 //       };
 //     }
 //   }
@@ -47,6 +47,62 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// Surface is where a call reaches a capability.
+type Surface int32
+
+const (
+	Surface_SURFACE_UNSPECIFIED Surface = 0
+	// Connect, gRPC, gRPC-Web and Twirp.
+	Surface_SURFACE_RPC Surface = 1
+	// A net/http route.
+	Surface_SURFACE_HTTP Surface = 2
+	// A tool of an MCP bridge.
+	Surface_SURFACE_MCP Surface = 3
+)
+
+// Enum value maps for Surface.
+var (
+	Surface_name = map[int32]string{
+		0: "SURFACE_UNSPECIFIED",
+		1: "SURFACE_RPC",
+		2: "SURFACE_HTTP",
+		3: "SURFACE_MCP",
+	}
+	Surface_value = map[string]int32{
+		"SURFACE_UNSPECIFIED": 0,
+		"SURFACE_RPC":         1,
+		"SURFACE_HTTP":        2,
+		"SURFACE_MCP":         3,
+	}
+)
+
+func (x Surface) Enum() *Surface {
+	p := new(Surface)
+	*p = x
+	return p
+}
+
+func (x Surface) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Surface) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsafe_v1_options_proto_enumTypes[0].Descriptor()
+}
+
+func (Surface) Type() protoreflect.EnumType {
+	return &file_agentsafe_v1_options_proto_enumTypes[0]
+}
+
+func (x Surface) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Surface.Descriptor instead.
+func (Surface) EnumDescriptor() ([]byte, []int) {
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{0}
+}
 
 // SideEffect is what a call does to the world.
 type SideEffect int32
@@ -99,11 +155,11 @@ func (x SideEffect) String() string {
 }
 
 func (SideEffect) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsafe_v1_options_proto_enumTypes[0].Descriptor()
+	return file_agentsafe_v1_options_proto_enumTypes[1].Descriptor()
 }
 
 func (SideEffect) Type() protoreflect.EnumType {
-	return &file_agentsafe_v1_options_proto_enumTypes[0]
+	return &file_agentsafe_v1_options_proto_enumTypes[1]
 }
 
 func (x SideEffect) Number() protoreflect.EnumNumber {
@@ -112,7 +168,7 @@ func (x SideEffect) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SideEffect.Descriptor instead.
 func (SideEffect) EnumDescriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{0}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{1}
 }
 
 // Risk is an informational risk level, shown on events and approval records.
@@ -156,11 +212,11 @@ func (x Risk) String() string {
 }
 
 func (Risk) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsafe_v1_options_proto_enumTypes[1].Descriptor()
+	return file_agentsafe_v1_options_proto_enumTypes[2].Descriptor()
 }
 
 func (Risk) Type() protoreflect.EnumType {
-	return &file_agentsafe_v1_options_proto_enumTypes[1]
+	return &file_agentsafe_v1_options_proto_enumTypes[2]
 }
 
 func (x Risk) Number() protoreflect.EnumNumber {
@@ -169,7 +225,7 @@ func (x Risk) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Risk.Descriptor instead.
 func (Risk) EnumDescriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{1}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{2}
 }
 
 // Capability is the safety metadata of one procedure: what it does to the
@@ -200,7 +256,15 @@ type Capability struct {
 	Approval *Approval `protobuf:"bytes,7,opt,name=approval,proto3" json:"approval,omitempty"`
 	// Overrides the MCP tool name derived from the procedure name.
 	// Default: "" (derive the name from the procedure).
-	ToolName      string `protobuf:"bytes,8,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	ToolName string `protobuf:"bytes,8,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The surfaces the capability is served on. Default: empty, meaning rpc
+	// and http; MCP is opt-in (list it). A call on a surface not listed is
+	// answered as if the procedure had no handler.
+	Exposure []Surface `protobuf:"varint,9,rep,packed,name=exposure,proto3,enum=agentsafe.v1.Surface" json:"exposure,omitempty"`
+	// The replay window for repeats without a caller Idempotency-Key: a
+	// repeat of the same call (actor, procedure, input) within the window
+	// after completion replays the stored result. Default: unset, off.
+	Dedup         *durationpb.Duration `protobuf:"bytes,10,opt,name=dedup,proto3" json:"dedup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -291,21 +355,34 @@ func (x *Capability) GetToolName() string {
 	return ""
 }
 
+func (x *Capability) GetExposure() []Surface {
+	if x != nil {
+		return x.Exposure
+	}
+	return nil
+}
+
+func (x *Capability) GetDedup() *durationpb.Duration {
+	if x != nil {
+		return x.Dedup
+	}
+	return nil
+}
+
 // Retry is the runtime retry policy of a capability. A runtime retry is a
 // further attempt inside the same execution, with the same execution id and
 // the same idempotency key; the caller never sees it.
 type Retry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The number of runtime re-attempts AFTER the first attempt.
-	//
-	// !!! NOT gRPC's maxAttempts !!! gRPC's retry policy counts the first
-	// attempt in maxAttempts; this field does not. max_attempts: 1 means at
-	// most 2 runs of the handler; max_attempts: 0 means exactly 1 run.
+	// The number of runtime re-attempts AFTER the first attempt: 1 means at
+	// most 2 runs of the handler, 0 exactly 1 run (counted as failsafe-go's
+	// WithMaxRetries; gRPC's maxAttempts counts the first run too). Field 1
+	// was named max_attempts before v0.2; only the name changed.
 	//
 	// Default: 0 (no runtime retry). Negative is invalid. Any value above 0 on
 	// a write-like capability (write, destructive, external) requires
 	// idempotent: true.
-	MaxAttempts int32 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	MaxRetries int32 `protobuf:"varint,1,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
 	// The base of the exponential backoff: agentsafe waits backoff·2^(n−1)
 	// before re-attempt n (engine options add a cap and optional jitter).
 	// Default: 250ms. Unset or zero means the default; negative is invalid.
@@ -344,9 +421,9 @@ func (*Retry) Descriptor() ([]byte, []int) {
 	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *Retry) GetMaxAttempts() int32 {
+func (x *Retry) GetMaxRetries() int32 {
 	if x != nil {
-		return x.MaxAttempts
+		return x.MaxRetries
 	}
 	return 0
 }
@@ -369,7 +446,11 @@ type Approval struct {
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// The lifetime of a pending or approved record, counted from the request.
 	// Default: 15m. Unset or zero means the default; negative is invalid.
-	ExpiresIn     *durationpb.Duration `protobuf:"bytes,3,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	ExpiresIn *durationpb.Duration `protobuf:"bytes,3,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	// How many distinct approvers must approve (none the requester or in its
+	// delegation chain, none in another's chain); one rejection rejects.
+	// Default: 1. Bound into the approval record, like type.
+	Quorum        int32 `protobuf:"varint,4,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -425,6 +506,13 @@ func (x *Approval) GetExpiresIn() *durationpb.Duration {
 	return nil
 }
 
+func (x *Approval) GetQuorum() int32 {
+	if x != nil {
+		return x.Quorum
+	}
+	return 0
+}
+
 // ErrorDetail is the error detail agentsafe attaches to the Connect and gRPC
 // errors of a governed procedure, so that clients can read the agentsafe
 // outcome back.
@@ -445,7 +533,13 @@ type ErrorDetail struct {
 	// The procedure, in the form "/package.Service/Method".
 	Procedure string `protobuf:"bytes,5,opt,name=procedure,proto3" json:"procedure,omitempty"`
 	// The number of attempts the execution ran (0 if the handler never ran).
-	Attempts      int32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Attempts int32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// On APPROVAL_REQUIRED and APPROVAL_PENDING, where a person can decide
+	// the approval (a deep link into the approval console), when known.
+	ApprovalUrl string `protobuf:"bytes,7,opt,name=approval_url,json=approvalUrl,proto3" json:"approval_url,omitempty"`
+	// On APPROVAL_REQUIRED and APPROVAL_PENDING, when the approval expires,
+	// RFC 3339, when known.
+	ExpiresAt     string `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -522,6 +616,20 @@ func (x *ErrorDetail) GetAttempts() int32 {
 	return 0
 }
 
+func (x *ErrorDetail) GetApprovalUrl() string {
+	if x != nil {
+		return x.ApprovalUrl
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetExpiresAt() string {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return ""
+}
+
 var file_agentsafe_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
@@ -551,7 +659,7 @@ var File_agentsafe_v1_options_proto protoreflect.FileDescriptor
 
 const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentsafe/v1/options.proto\x12\fagentsafe.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe2\x02\n" +
+	"\x1aagentsafe/v1/options.proto\x12\fagentsafe.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xc6\x03\n" +
 	"\n" +
 	"Capability\x129\n" +
 	"\vside_effect\x18\x01 \x01(\x0e2\x18.agentsafe.v1.SideEffectR\n" +
@@ -564,15 +672,20 @@ const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12)\n" +
 	"\x05retry\x18\x06 \x01(\v2\x13.agentsafe.v1.RetryR\x05retry\x122\n" +
 	"\bapproval\x18\a \x01(\v2\x16.agentsafe.v1.ApprovalR\bapproval\x12\x1b\n" +
-	"\ttool_name\x18\b \x01(\tR\btoolName\"_\n" +
-	"\x05Retry\x12!\n" +
-	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x123\n" +
-	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"t\n" +
+	"\ttool_name\x18\b \x01(\tR\btoolName\x121\n" +
+	"\bexposure\x18\t \x03(\x0e2\x15.agentsafe.v1.SurfaceR\bexposure\x12/\n" +
+	"\x05dedup\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x05dedup\"]\n" +
+	"\x05Retry\x12\x1f\n" +
+	"\vmax_retries\x18\x01 \x01(\x05R\n" +
+	"maxRetries\x123\n" +
+	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\x8c\x01\n" +
 	"\bApproval\x12\x1a\n" +
 	"\brequired\x18\x01 \x01(\bR\brequired\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x128\n" +
 	"\n" +
-	"expires_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"\xbd\x01\n" +
+	"expires_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x16\n" +
+	"\x06quorum\x18\x04 \x01(\x05R\x06quorum\"\xff\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1c\n" +
 	"\tretryable\x18\x02 \x01(\bR\tretryable\x12!\n" +
@@ -580,7 +693,15 @@ const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\vapproval_id\x18\x04 \x01(\tR\n" +
 	"approvalId\x12\x1c\n" +
 	"\tprocedure\x18\x05 \x01(\tR\tprocedure\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x05R\battempts*\xa3\x01\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\x12!\n" +
+	"\fapproval_url\x18\a \x01(\tR\vapprovalUrl\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\b \x01(\tR\texpiresAt*V\n" +
+	"\aSurface\x12\x17\n" +
+	"\x13SURFACE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vSURFACE_RPC\x10\x01\x12\x10\n" +
+	"\fSURFACE_HTTP\x10\x02\x12\x0f\n" +
+	"\vSURFACE_MCP\x10\x03*\xa3\x01\n" +
 	"\n" +
 	"SideEffect\x12\x1b\n" +
 	"\x17SIDE_EFFECT_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -611,33 +732,36 @@ func file_agentsafe_v1_options_proto_rawDescGZIP() []byte {
 	return file_agentsafe_v1_options_proto_rawDescData
 }
 
-var file_agentsafe_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_agentsafe_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_agentsafe_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_agentsafe_v1_options_proto_goTypes = []any{
-	(SideEffect)(0),                    // 0: agentsafe.v1.SideEffect
-	(Risk)(0),                          // 1: agentsafe.v1.Risk
-	(*Capability)(nil),                 // 2: agentsafe.v1.Capability
-	(*Retry)(nil),                      // 3: agentsafe.v1.Retry
-	(*Approval)(nil),                   // 4: agentsafe.v1.Approval
-	(*ErrorDetail)(nil),                // 5: agentsafe.v1.ErrorDetail
-	(*durationpb.Duration)(nil),        // 6: google.protobuf.Duration
-	(*descriptorpb.MethodOptions)(nil), // 7: google.protobuf.MethodOptions
+	(Surface)(0),                       // 0: agentsafe.v1.Surface
+	(SideEffect)(0),                    // 1: agentsafe.v1.SideEffect
+	(Risk)(0),                          // 2: agentsafe.v1.Risk
+	(*Capability)(nil),                 // 3: agentsafe.v1.Capability
+	(*Retry)(nil),                      // 4: agentsafe.v1.Retry
+	(*Approval)(nil),                   // 5: agentsafe.v1.Approval
+	(*ErrorDetail)(nil),                // 6: agentsafe.v1.ErrorDetail
+	(*durationpb.Duration)(nil),        // 7: google.protobuf.Duration
+	(*descriptorpb.MethodOptions)(nil), // 8: google.protobuf.MethodOptions
 }
 var file_agentsafe_v1_options_proto_depIdxs = []int32{
-	0, // 0: agentsafe.v1.Capability.side_effect:type_name -> agentsafe.v1.SideEffect
-	1, // 1: agentsafe.v1.Capability.risk:type_name -> agentsafe.v1.Risk
-	6, // 2: agentsafe.v1.Capability.timeout:type_name -> google.protobuf.Duration
-	3, // 3: agentsafe.v1.Capability.retry:type_name -> agentsafe.v1.Retry
-	4, // 4: agentsafe.v1.Capability.approval:type_name -> agentsafe.v1.Approval
-	6, // 5: agentsafe.v1.Retry.backoff:type_name -> google.protobuf.Duration
-	6, // 6: agentsafe.v1.Approval.expires_in:type_name -> google.protobuf.Duration
-	7, // 7: agentsafe.v1.capability:extendee -> google.protobuf.MethodOptions
-	2, // 8: agentsafe.v1.capability:type_name -> agentsafe.v1.Capability
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	8, // [8:9] is the sub-list for extension type_name
-	7, // [7:8] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	1,  // 0: agentsafe.v1.Capability.side_effect:type_name -> agentsafe.v1.SideEffect
+	2,  // 1: agentsafe.v1.Capability.risk:type_name -> agentsafe.v1.Risk
+	7,  // 2: agentsafe.v1.Capability.timeout:type_name -> google.protobuf.Duration
+	4,  // 3: agentsafe.v1.Capability.retry:type_name -> agentsafe.v1.Retry
+	5,  // 4: agentsafe.v1.Capability.approval:type_name -> agentsafe.v1.Approval
+	0,  // 5: agentsafe.v1.Capability.exposure:type_name -> agentsafe.v1.Surface
+	7,  // 6: agentsafe.v1.Capability.dedup:type_name -> google.protobuf.Duration
+	7,  // 7: agentsafe.v1.Retry.backoff:type_name -> google.protobuf.Duration
+	7,  // 8: agentsafe.v1.Approval.expires_in:type_name -> google.protobuf.Duration
+	8,  // 9: agentsafe.v1.capability:extendee -> google.protobuf.MethodOptions
+	3,  // 10: agentsafe.v1.capability:type_name -> agentsafe.v1.Capability
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	10, // [10:11] is the sub-list for extension type_name
+	9,  // [9:10] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_agentsafe_v1_options_proto_init() }
@@ -650,7 +774,7 @@ func file_agentsafe_v1_options_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsafe_v1_options_proto_rawDesc), len(file_agentsafe_v1_options_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   4,
 			NumExtensions: 1,
 			NumServices:   0,

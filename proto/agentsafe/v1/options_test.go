@@ -46,8 +46,8 @@ func TestCapabilityOption(t *testing.T) {
 	if got := read.GetTimeout().AsDuration(); got != time.Second {
 		t.Errorf("Read timeout = %v, want 1s", got)
 	}
-	if got := read.GetRetry().GetMaxAttempts(); got != 2 {
-		t.Errorf("Read retry.max_attempts = %d, want 2", got)
+	if got := read.GetRetry().GetMaxRetries(); got != 2 {
+		t.Errorf("Read retry.max_retries = %d, want 2", got)
 	}
 	if got := read.GetRetry().GetBackoff().AsDuration(); got != time.Millisecond {
 		t.Errorf("Read retry.backoff = %v, want 1ms", got)
@@ -60,7 +60,7 @@ func TestCapabilityOption(t *testing.T) {
 	if !ok {
 		t.Fatal("IdempotentWrite: no capability option")
 	}
-	if iw.GetSideEffect() != agentsafev1.SideEffect_SIDE_EFFECT_WRITE || !iw.GetIdempotent() || iw.GetRetry().GetMaxAttempts() != 1 {
+	if iw.GetSideEffect() != agentsafev1.SideEffect_SIDE_EFFECT_WRITE || !iw.GetIdempotent() || iw.GetRetry().GetMaxRetries() != 1 {
 		t.Errorf("IdempotentWrite = %v, want an idempotent write with 1 re-attempt", iw)
 	}
 

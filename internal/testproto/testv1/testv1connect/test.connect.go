@@ -9,12 +9,13 @@
 package testv1connect
 
 import (
-	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	testv1 "github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	http "net/http"
 	strings "strings"
+
+	connect "connectrpc.com/connect"
+	testv1 "github.com/agentsafe/agentsafe/internal/testproto/testv1"
 )
 
 // This is a compile-time assertion to ensure that this generated file and the connect package are

@@ -7,12 +7,13 @@
 package ordersv1connect
 
 import (
-	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	v1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 	http "net/http"
 	strings "strings"
+
+	connect "connectrpc.com/connect"
+	v1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 )
 
 // This is a compile-time assertion to ensure that this generated file and the connect package are

@@ -1,13 +1,16 @@
-package middleware_test
+package adapter_test
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 )
 
 func TestEveryCodeHasAWireStatus(t *testing.T) {
@@ -21,26 +24,46 @@ func TestEveryCodeHasAWireStatus(t *testing.T) {
 		middleware.CodeApprovalNotFound: {7, 403}, middleware.CodeApprovalInputMismatch: {7, 403}, middleware.CodeApprovalResumeMismatch: {7, 403},
 		middleware.CodeUnauthenticated: {16, 401}, middleware.CodeResourceExhausted: {8, 429}, middleware.CodeCapabilityNotFound: {5, 404},
 		middleware.CodeInvalidArgument: {3, 400}, middleware.CodeOK: {0, 200},
+		middleware.CodeAuditUnavailable: {14, 503}, middleware.CodeIdempotencyInFlight: {10, 409}, middleware.CodeIdempotencyKeyReused: {9, 422},
+		middleware.CodeIdempotencyInDoubt: {9, 409}, middleware.CodeIdempotencyUnavailable: {14, 503},
+		middleware.CodePolicyDenied: {7, 403}, middleware.CodePolicyUnavailable: {14, 503},
 	}
-	for _, c := range middleware.Codes() {
+	for c := middleware.CodeOK; !strings.HasPrefix(c.String(), "Code("); c++ {
 		w, ok := want[c]
 		if !ok {
 			t.Errorf("code %s has no expected wire status in this test", c)
 			continue
 		}
-		if c.RPCCode() != w.rpc || c.HTTPStatus() != w.http {
-			t.Errorf("%s: RPC %d HTTP %d, want %d and %d (SPEC §6)", c, c.RPCCode(), c.HTTPStatus(), w.rpc, w.http)
+		var err error
+		if c != middleware.CodeOK {
+			err = middleware.NewError(c, "")
 		}
+		if adapter.RPCCode(err) != w.rpc || adapter.HTTPStatus(err) != w.http || adapter.CodeRPC(c) != w.rpc {
+			t.Errorf("%s: RPC %d HTTP %d, want %d and %d", c, adapter.RPCCode(err), adapter.HTTPStatus(err), w.rpc, w.http)
+		}
+	}
+}
+
+func TestTheCallersOwnDeadlineIsWrittenDeadlineExceeded(t *testing.T) {
+	err := &middleware.Error{Code: middleware.CodeCancelled, Cause: fmt.Errorf("%w: the caller's", context.DeadlineExceeded)}
+	if adapter.RPCCode(err) != 4 || adapter.HTTPStatus(err) != http.StatusGatewayTimeout {
+		t.Errorf("a caller's own deadline: RPC %d HTTP %d, want DeadlineExceeded (4) and 504", adapter.RPCCode(err), adapter.HTTPStatus(err))
+	}
+	cancel := &middleware.Error{Code: middleware.CodeCancelled, Cause: context.Canceled}
+	if adapter.RPCCode(cancel) != 1 || adapter.HTTPStatus(cancel) != 499 {
+		t.Errorf("a cancellation: RPC %d HTTP %d, want Canceled (1) and 499", adapter.RPCCode(cancel), adapter.HTTPStatus(cancel))
 	}
 }
 
 func TestEnvelopeRoundTripsThroughHeadersAndJSON(t *testing.T) {
 	env := middleware.Envelope{ExecutionID: "exe_1", Procedure: "/a.V1/B", Status: middleware.StatusApprovalRequired, Attempts: 0, ApprovalID: "apr_2",
 		Error: &middleware.EnvelopeError{Code: middleware.CodeApprovalRequired, Message: "needs approval"}, Duration: time.Second}
-	h := http.Header{}
-	env.SetHeaders(h)
-	got, ok := middleware.EnvelopeFromHeaders(h)
-	if !ok || got.ExecutionID != "exe_1" || got.ApprovalID != "apr_2" || h.Get("Agentsafe-Attempts") != "0" {
+	h := http.Header{adapter.HeaderExecutionID: {"exe_relayed"}, "Agentsafe-code": {"TIMEOUT"}}
+	adapter.SetHeaders(h, env)
+	got, ok := adapter.ReadHeaders(h)
+	if !ok || got.ExecutionID != "exe_1" || got.ApprovalID != "apr_2" || h.Get(adapter.HeaderAttempts) != "0" ||
+		got.Error == nil || got.Error.Code != middleware.CodeApprovalRequired || got.Status != middleware.StatusApprovalRequired ||
+		len(h.Values(adapter.HeaderExecutionID)) != 1 || h.Get(adapter.HeaderRetryable) != "false" {
 		t.Errorf("headers %v read back as %+v", h, got)
 	}
 	b, err := json.Marshal(env)
@@ -55,55 +78,42 @@ func TestEnvelopeRoundTripsThroughHeadersAndJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Error == nil || back.Error.Code != middleware.CodeApprovalRequired || back.ApprovalID != "apr_2" || back.Status != middleware.StatusApprovalRequired {
 		t.Errorf("JSON read back as %+v, %v", back, err)
 	}
-	if _, ok := middleware.EnvelopeFromHeaders(http.Header{}); ok {
+	if _, ok := adapter.ReadHeaders(http.Header{}); ok {
 		t.Error("empty headers read as an envelope")
 	}
-}
-
-func TestOutgoingIdempotencyKeyFollowsTheLabel(t *testing.T) {
-	f := newFixture(t, procRead, read(0, time.Second))
-	f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
-		x, _ := middleware.ExecutionFromContext(ctx)
-		if k, ok := middleware.OutgoingIdempotencyKey(ctx); !ok || k != x.IdempotencyKey {
-			t.Errorf("unlabelled outgoing key %q, want the execution's %q", k, x.IdempotencyKey)
-		}
-		k, _ := middleware.OutgoingIdempotencyKey(middleware.WithKeyLabel(ctx, "gateway"))
-		if k != x.SubKey("gateway") {
-			t.Errorf("labelled key %q, want SubKey(gateway)", k)
-		}
-		return nil, nil
-	})
-	if _, ok := middleware.OutgoingIdempotencyKey(t.Context()); ok {
-		t.Error("an outgoing key outside an execution")
+	h = http.Header{}
+	adapter.SetHeaders(h, middleware.Envelope{})
+	if len(h) != 0 {
+		t.Errorf("an ungoverned call's zero envelope wrote %v", h)
 	}
 }
 
 func TestErrorDetailRoundTrip(t *testing.T) {
 	env := middleware.Envelope{ExecutionID: "exe_1", Procedure: "/a.V1/B", Status: middleware.StatusCancelled, Attempts: 2, ApprovalID: "apr_1",
 		Error: &middleware.EnvelopeError{Code: middleware.CodeTimeout, Message: "attempt 2 timed out", Retryable: true}}
-	back := middleware.EnvelopeFromDetail(env.ErrorDetail(), env.Error.Message)
+	back := adapter.EnvelopeFromDetail(adapter.ErrorDetail(env), env.Error.Message)
 	if back.ExecutionID != env.ExecutionID || back.Procedure != env.Procedure || back.Status != env.Status || back.Attempts != 2 ||
 		back.ApprovalID != env.ApprovalID || *back.Error != *env.Error {
 		t.Errorf("detail round trip: %+v, want %+v", back, env)
 	}
-	if (middleware.Envelope{Status: middleware.StatusCompleted}).ErrorDetail() != nil {
+	if adapter.ErrorDetail(middleware.Envelope{Status: middleware.StatusCompleted}) != nil {
 		t.Error("a completed envelope has no error detail")
 	}
-	d := env.ErrorDetail()
+	d := adapter.ErrorDetail(env)
 	d.Code = "SOMETHING_NEWER"
-	if got := middleware.EnvelopeFromDetail(d, "x"); got.Error.Code != middleware.CodeExecutionFailed || got.Error.Retryable || got.Status != middleware.StatusFailed {
+	if got := adapter.EnvelopeFromDetail(d, "x"); got.Error.Code != middleware.CodeExecutionFailed || got.Error.Retryable || got.Status != middleware.StatusFailed {
 		t.Errorf("an unknown code must read as a non-retryable EXECUTION_FAILED: %+v", got.Error)
 	}
 	for c, want := range map[middleware.Code]middleware.Status{middleware.CodeOK: middleware.StatusCompleted, middleware.CodeTimeout: middleware.StatusCancelled,
 		middleware.CodeCancelled: middleware.StatusCancelled, middleware.CodeApprovalRequired: middleware.StatusApprovalRequired, middleware.CodeApprovalPending: middleware.StatusFailed} {
-		if got := middleware.StatusOf(c); got != want {
-			t.Errorf("StatusOf(%s) = %s, want %s", c, got, want)
+		if got := c.Status(); got != want {
+			t.Errorf("%s.Status() = %s, want %s", c, got, want)
 		}
 	}
 }
 
 func TestKeyHostsListWhereKeysMayGo(t *testing.T) {
-	k := middleware.NewKeyHosts("Payments.Internal", "10.0.0.7:8443", "[::1]", " ")
+	k := adapter.NewKeyHosts("Payments.Internal", "10.0.0.7:8443", "[::1]", " ")
 	for addr, want := range map[string]bool{
 		"payments.internal": true, "payments.internal:443": true, "PAYMENTS.internal:9000": true,
 		"10.0.0.7:8443": true, "10.0.0.7:80": false, "10.0.0.7": false,
@@ -113,11 +123,10 @@ func TestKeyHostsListWhereKeysMayGo(t *testing.T) {
 			t.Errorf("Allows(%q) = %t, want %t", addr, got, want)
 		}
 	}
-	if (middleware.KeyHosts{}).Allows("payments.internal") {
+	if (adapter.KeyHosts{}).Allows("payments.internal") {
 		t.Error("no hosts listed must allow none")
 	}
-	f := newFixture(t, procRead, read(0, time.Second))
-	f.run(t.Context(), procRead, func(ctx context.Context) (any, error) {
+	run(t, func(ctx context.Context) {
 		x, _ := middleware.ExecutionFromContext(ctx)
 		if key, ok := k.Key(ctx, "payments.internal:443"); !ok || key != x.IdempotencyKey {
 			t.Errorf("Key to a listed host = %q, %t", key, ok)
@@ -125,6 +134,37 @@ func TestKeyHostsListWhereKeysMayGo(t *testing.T) {
 		if _, ok := k.Key(ctx, "evil.example"); ok {
 			t.Error("a key for a host not listed")
 		}
+	})
+}
+
+func TestOutgoingKeyFollowsTheLabel(t *testing.T) {
+	run(t, func(ctx context.Context) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		if k, ok := adapter.OutgoingKey(ctx); !ok || k != x.IdempotencyKey {
+			t.Errorf("unlabelled outgoing key %q, want the execution's %q", k, x.IdempotencyKey)
+		}
+		k, _ := adapter.OutgoingKey(middleware.WithKeyLabel(ctx, "gateway"))
+		if k != x.SubKey("gateway") {
+			t.Errorf("labelled key %q, want SubKey(gateway)", k)
+		}
+	})
+	if _, ok := adapter.OutgoingKey(t.Context()); ok {
+		t.Error("an outgoing key outside an execution")
+	}
+}
+
+// run runs fn as the handler of one governed read.
+func run(t *testing.T, fn func(ctx context.Context)) {
+	t.Helper()
+	eng, err := middleware.New(middleware.NewRegistry().Register("read", middleware.Capability{SideEffect: middleware.SideEffectRead}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = adapter.Execute(t.Context(), adapter.Resolve(eng, "read"), adapter.Call[any]{}, func(ctx context.Context) (any, error) {
+		fn(ctx)
 		return nil, nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,4 +1,4 @@
-package middleware
+package adapter
 
 import (
 	"net/http"
@@ -8,8 +8,8 @@ import (
 )
 
 // Input is a call's input in a form the engine can bind: the input digest
-// of approvals and events is computed from it, only when something needs it.
-// Build one with [JSONInput], [ProtoInput] or [HTTPInput]; every adapter
+// of approvals and events is computed from it, only when something needs
+// it. Build one with [JSONInput], [ProtoInput] or [HTTPInput]; every adapter
 // uses these, so one input gives the same digest through any adapter.
 type Input interface {
 	// JSON returns the input as JSON, for application functions that look
@@ -17,7 +17,10 @@ type Input interface {
 	// pinned protojson rendering of a message, the body of a JSON request.
 	// It returns nil for inputs that are not JSON.
 	JSON() ([]byte, error)
-	digest(procedure string) (string, error)
+	// Digest returns the input digest for procedure: "sha256:" and 64 hex
+	// digits. Its error wraps the reason an input cannot be bound (not
+	// I-JSON, unknown protobuf fields).
+	Digest(procedure string) (string, error)
 }
 
 // JSONInput binds a JSON document by its RFC 8785 canonical form.
@@ -25,7 +28,7 @@ func JSONInput(body []byte) Input { return jsonInput(body) }
 
 type jsonInput []byte
 
-func (j jsonInput) digest(procedure string) (string, error) { return digest.JSON(procedure, j) }
+func (j jsonInput) Digest(procedure string) (string, error) { return digest.JSON(procedure, j) }
 
 func (j jsonInput) JSON() ([]byte, error) { return j, nil }
 
@@ -36,7 +39,7 @@ func ProtoInput(m proto.Message) Input { return protoInput{m} }
 
 type protoInput struct{ m proto.Message }
 
-func (p protoInput) digest(procedure string) (string, error) { return digest.Proto(procedure, p.m) }
+func (p protoInput) Digest(procedure string) (string, error) { return digest.Proto(procedure, p.m) }
 
 func (p protoInput) JSON() ([]byte, error) { return digest.ProtoJSON(p.m) }
 
@@ -64,19 +67,7 @@ func (h httpInput) JSON() ([]byte, error) {
 	return h.r.Body, nil
 }
 
-func (h httpInput) digest(procedure string) (string, error) {
+func (h httpInput) Digest(procedure string) (string, error) {
 	h.r.Procedure = procedure
 	return digest.HTTP(h.r)
 }
-
-// Digest returns the input digest of in for procedure, as approvals bind
-// it: "sha256:" and 64 hex digits. The error wraps the reason an input
-// cannot be bound (not I-JSON, unknown protobuf fields).
-func Digest(procedure string, in Input) (string, error) {
-	if in == nil {
-		return "", nil
-	}
-	return in.digest(procedure)
-}
-
-func (e *Engine) keyedDigest(d string) string { return digest.Keyed(e.cfg.digestKey, d) }

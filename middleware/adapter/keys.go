@@ -1,0 +1,70 @@
+package adapter
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// OutgoingKey returns the key an outgoing call made with ctx should carry
+// as Idempotency-Key: the execution's idempotency key, or its sub-key for
+// the label set with [middleware.WithKeyLabel]. It reports false outside a
+// governed execution. Client helpers of every adapter use it, through
+// [KeyHosts.Key].
+func OutgoingKey(ctx context.Context) (string, bool) {
+	x, ok := middleware.ExecutionFromContext(ctx)
+	if !ok {
+		return "", false
+	}
+	label, _ := ctx.Value(seam.KeyLabel{}).(string)
+	return x.SubKey(label), true
+}
+
+// KeyHosts lists the downstream hosts an execution's idempotency key may be
+// sent to: only hosts the application lists. Every adapter's client helper
+// uses it. The zero value lists none.
+type KeyHosts struct{ hosts []string }
+
+// NewKeyHosts lists hosts: each is a host name or IP address, which matches
+// any port, or host:port, which matches that port only; case does not
+// matter, and a bracketed IPv6 literal may be given with or without
+// brackets.
+func NewKeyHosts(hosts ...string) KeyHosts {
+	var k KeyHosts
+	for _, h := range hosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+			h = h[1 : len(h)-1]
+		}
+		if h != "" {
+			k.hosts = append(k.hosts, h)
+		}
+	}
+	return k
+}
+
+// Allows reports whether addr, a host or host:port, is listed.
+func (k KeyHosts) Allows(addr string) bool {
+	if addr == "" {
+		return false
+	}
+	addr = strings.ToLower(addr)
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	return slices.Contains(k.hosts, addr) || slices.Contains(k.hosts, host)
+}
+
+// Key returns the Idempotency-Key an outgoing call made with ctx to addr
+// should carry: [OutgoingKey] when addr is listed, else false.
+func (k KeyHosts) Key(ctx context.Context, addr string) (string, bool) {
+	if !k.Allows(addr) {
+		return "", false
+	}
+	return OutgoingKey(ctx)
+}

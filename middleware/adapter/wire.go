@@ -1,0 +1,253 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/agentsafe/agentsafe/internal/seam"
+	"github.com/agentsafe/agentsafe/middleware"
+	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
+)
+
+// The HTTP header names of the wire format, shared by every adapter (gRPC
+// metadata keys are their lower-case forms).
+const (
+	// HeaderExecutionID carries the execution id on every governed response.
+	HeaderExecutionID = "Agentsafe-Execution-Id"
+	// HeaderAttempts carries how many attempts the execution ran.
+	HeaderAttempts = "Agentsafe-Attempts"
+	// HeaderApprovalID carries an approval id: on a response, the approval
+	// an execution requested or consumed; on a request, the approval a
+	// resumed call presents.
+	HeaderApprovalID = seam.HeaderApprovalID
+	// HeaderCode carries the agentsafe code of a failed execution, for
+	// example "TIMEOUT".
+	HeaderCode = "Agentsafe-Code"
+	// HeaderRetryable carries "true" when re-invoking a failed call is safe
+	// for the caller, "false" otherwise.
+	HeaderRetryable = "Agentsafe-Retryable"
+	// HeaderIdempotencyKey carries an idempotency key: a caller's, on an
+	// incoming call (its repeats are replayed, not run again); an
+	// execution's, on outgoing calls to downstream services.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderReplayed is "true" on the stored result of an earlier
+	// execution, replayed: nothing ran.
+	HeaderReplayed = "Agentsafe-Replayed"
+	// HeaderApprovalURL and HeaderApprovalExpires tell the caller of an
+	// APPROVAL_REQUIRED or APPROVAL_PENDING call where a person decides the
+	// approval and until when (RFC 3339).
+	HeaderApprovalURL     = "Agentsafe-Approval-Url"
+	HeaderApprovalExpires = "Agentsafe-Approval-Expires"
+)
+
+// envelopeHeaders are the response headers that belong to the envelope:
+// the engine's alone, never a handler's.
+var envelopeHeaders = [...]string{HeaderExecutionID, HeaderAttempts, HeaderApprovalID, HeaderCode, HeaderRetryable,
+	HeaderReplayed, HeaderApprovalURL, HeaderApprovalExpires}
+
+// SetHeaders writes the envelope to h, replacing any value there: the
+// execution id, the attempt count and the approval id when set; on
+// failure also the code and whether re-invoking is safe. A zero envelope
+// (an ungoverned call) writes nothing. Adapters call it on success and on
+// error, for response headers, or for trailers where the framework sends
+// the outcome last.
+func SetHeaders(h http.Header, env middleware.Envelope) {
+	if env.ExecutionID == "" {
+		return
+	}
+	DelHeaders(h)
+	h.Set(HeaderExecutionID, env.ExecutionID)
+	h.Set(HeaderAttempts, strconv.Itoa(env.Attempts))
+	if env.ApprovalID != "" {
+		h.Set(HeaderApprovalID, env.ApprovalID)
+	}
+	if env.ApprovalURL != "" {
+		h.Set(HeaderApprovalURL, env.ApprovalURL)
+	}
+	if !env.ExpiresAt.IsZero() {
+		h.Set(HeaderApprovalExpires, env.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if env.Replayed {
+		h.Set(HeaderReplayed, "true")
+	}
+	if e := env.Error; e != nil {
+		h.Set(HeaderCode, e.Code.String())
+		h.Set(HeaderRetryable, strconv.FormatBool(e.Retryable))
+	}
+}
+
+// DelHeaders removes the envelope's headers from h: a handler's copies (of a
+// downstream response, say) belong to another execution, and must never
+// shadow this one's.
+func DelHeaders(h http.Header) {
+	for _, k := range envelopeHeaders {
+		delete(h, k)
+	}
+}
+
+// IsEnvelopeHeader reports whether name (in any case) is one of the
+// envelope's headers.
+func IsEnvelopeHeader(name string) bool {
+	k := http.CanonicalHeaderKey(name)
+	for _, h := range envelopeHeaders {
+		if h == k {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadHeaders reads back what [SetHeaders] wrote. It reports false when h
+// carries no execution id. The message of a failure travels elsewhere (the
+// framework's error); client helpers complete it.
+func ReadHeaders(h http.Header) (middleware.Envelope, bool) {
+	id := h.Get(HeaderExecutionID)
+	if id == "" {
+		return middleware.Envelope{}, false
+	}
+	env := middleware.Envelope{ExecutionID: id, ApprovalID: h.Get(HeaderApprovalID), Status: middleware.StatusCompleted,
+		ApprovalURL: h.Get(HeaderApprovalURL), Replayed: h.Get(HeaderReplayed) == "true"}
+	env.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
+	env.ExpiresAt, _ = time.Parse(time.RFC3339, h.Get(HeaderApprovalExpires))
+	if c := h.Get(HeaderCode); c != "" {
+		code, retryable := parseCode(c), h.Get(HeaderRetryable) == "true"
+		if code == middleware.CodeExecutionFailed && c != middleware.CodeExecutionFailed.String() {
+			retryable = false // a code this client does not know: not known to be safe
+		}
+		env.Status = code.Status()
+		env.Error = &middleware.EnvelopeError{Code: code, Retryable: retryable}
+	}
+	return env, true
+}
+
+// parseCode reads a code's wire name; a name this client does not know (a
+// newer server), and OK on a failure, read as EXECUTION_FAILED.
+func parseCode(s string) middleware.Code {
+	var c middleware.Code
+	if c.UnmarshalText([]byte(s)) != nil || c == middleware.CodeOK {
+		return middleware.CodeExecutionFailed
+	}
+	return c
+}
+
+// wire is the one table from a code to each wire status: the canonical RPC
+// code shared by gRPC and Connect (Twirp maps it through its own table),
+// and the HTTP status net/http answers with.
+func wire(c middleware.Code) (rpc uint32, status int) {
+	switch c {
+	case middleware.CodeOK:
+		return 0, http.StatusOK
+	case middleware.CodeTimeout:
+		return 4, http.StatusGatewayTimeout
+	case middleware.CodeCancelled:
+		return 1, 499 // client closed request
+	case middleware.CodeExecutionFailed:
+		return 13, http.StatusInternalServerError
+	case middleware.CodeResourceExhausted:
+		return 8, http.StatusTooManyRequests
+	case middleware.CodeUnauthenticated:
+		return 16, http.StatusUnauthorized
+	case middleware.CodeApprovalRequired:
+		return 9, http.StatusPreconditionRequired
+	case middleware.CodeApprovalPending:
+		return 9, http.StatusConflict
+	case middleware.CodeApprovalRejected, middleware.CodeApprovalExpired, middleware.CodeApprovalConsumed,
+		middleware.CodeApprovalNotFound, middleware.CodeApprovalInputMismatch, middleware.CodeApprovalResumeMismatch:
+		return 7, http.StatusForbidden
+	case middleware.CodeApprovalUnavailable, middleware.CodeAuditUnavailable,
+		middleware.CodeIdempotencyUnavailable, middleware.CodePolicyUnavailable:
+		return 14, http.StatusServiceUnavailable
+	case middleware.CodeCapabilityNotFound:
+		return 5, http.StatusNotFound
+	case middleware.CodeInvalidArgument:
+		return 3, http.StatusBadRequest
+	case middleware.CodeIdempotencyInFlight:
+		return 10, http.StatusConflict
+	case middleware.CodeIdempotencyKeyReused:
+		return 9, http.StatusUnprocessableEntity
+	case middleware.CodeIdempotencyInDoubt:
+		return 9, http.StatusConflict
+	case middleware.CodePolicyDenied:
+		return 7, http.StatusForbidden
+	}
+	return 2, http.StatusInternalServerError // Unknown: a code this table does not know
+}
+
+// RPCCode returns the canonical RPC status code (the numbering gRPC and
+// Connect share) an execution's outcome is written as, from the error
+// [Execute] returned (nil for success): TIMEOUT is DeadlineExceeded (4),
+// CANCELLED is Canceled (1) — or DeadlineExceeded when the caller's own
+// deadline passed, as every gRPC server reports it — and so on.
+func RPCCode(err error) uint32 {
+	if callerDeadline(err) {
+		return 4
+	}
+	rpc, _ := wire(middleware.CodeOf(err))
+	return rpc
+}
+
+// HTTPStatus returns the HTTP status an execution's outcome is written as
+// by net/http: 504, 499 (504 when the caller's own deadline passed), 428,
+// 409, 403, 503, 401, 429, 404, 400, 422, and 500 for EXECUTION_FAILED.
+func HTTPStatus(err error) int {
+	if callerDeadline(err) {
+		return http.StatusGatewayTimeout
+	}
+	_, status := wire(middleware.CodeOf(err))
+	return status
+}
+
+// CodeRPC returns the canonical RPC status code of c alone, for client
+// helpers that rebuild an outcome from the wire.
+func CodeRPC(c middleware.Code) uint32 {
+	rpc, _ := wire(c)
+	return rpc
+}
+
+// callerDeadline reports a CANCELLED caused by the caller's own deadline.
+func callerDeadline(err error) bool {
+	return middleware.CodeOf(err) == middleware.CodeCancelled && errors.Is(err, context.DeadlineExceeded)
+}
+
+// ErrorDetail returns the agentsafe.v1.ErrorDetail that RPC adapters
+// (Connect, gRPC) attach to an error agentsafe itself decided: code,
+// retryable-for-caller, ids and attempts. It returns nil for a completed
+// envelope. A handler's or the framework's own error never gains one (see
+// [HandlerError]).
+func ErrorDetail(env middleware.Envelope) *agentsafev1.ErrorDetail {
+	if env.Error == nil {
+		return nil
+	}
+	d := &agentsafev1.ErrorDetail{Code: env.Error.Code.String(), Retryable: env.Error.Retryable, ExecutionId: env.ExecutionID,
+		ApprovalId: env.ApprovalID, Procedure: env.Procedure, Attempts: int32(env.Attempts), ApprovalUrl: env.ApprovalURL}
+	if !env.ExpiresAt.IsZero() {
+		d.ExpiresAt = env.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return d
+}
+
+// EnvelopeFromDetail rebuilds the envelope a client sees from the error
+// detail of a failed call and the error's message. A code this client does
+// not know (a newer server) reads as a non-retryable EXECUTION_FAILED: the
+// failure is real, its kind unknown, and re-invoking is not known to be
+// safe.
+func EnvelopeFromDetail(d *agentsafev1.ErrorDetail, message string) middleware.Envelope {
+	code, retryable := parseCode(d.GetCode()), d.GetRetryable()
+	if code == middleware.CodeExecutionFailed && d.GetCode() != middleware.CodeExecutionFailed.String() {
+		retryable = false
+	}
+	expires, _ := time.Parse(time.RFC3339, d.GetExpiresAt())
+	return middleware.Envelope{
+		ExecutionID: d.GetExecutionId(),
+		Procedure:   d.GetProcedure(),
+		Status:      code.Status(),
+		Error:       &middleware.EnvelopeError{Code: code, Message: message, Retryable: retryable},
+		Attempts:    int(d.GetAttempts()),
+		ApprovalID:  d.GetApprovalId(),
+		ApprovalURL: d.GetApprovalUrl(),
+		ExpiresAt:   expires,
+	}
+}

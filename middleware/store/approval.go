@@ -1,0 +1,364 @@
+// Package store is the store SPI of agentsafe: the interfaces between the
+// engine and where approvals (and stored results) live, their records and
+// their sentinel errors. It is a leaf — it imports nothing of the engine —
+// so that a store implementation links only this package, as a database
+// driver links only database/sql/driver. Applications use stores through
+// package middleware (WithApprovalStore, Engine.Decide, Get, List);
+// implementations are in approvalstore (memory, Redis) and agentsafepg,
+// and package conformance checks any implementation against the contract
+// written here.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/agentsafe/agentsafe/internal/ids"
+)
+
+// Actor is who a call is for: it comes only from verified credentials,
+// through the application's actor function (middleware.WithActor), never
+// from a request body. middleware.Actor is this type.
+type Actor struct {
+	ID     string
+	Tenant string
+	// Kind says what the actor is, for example "agent", "user" or "service".
+	Kind string
+	// OnBehalfOf is the delegation chain, nearest first: the ids of those the
+	// actor acts for. None of them may approve the actor's requests.
+	OnBehalfOf []string
+}
+
+// ValidApprovalID reports whether s has the form of an approval id: "apr_"
+// and 32 lowercase hex digits.
+func ValidApprovalID(s string) bool { return ids.Valid("apr_", s) }
+
+// NewApprovalID returns a fresh approval id: "apr_" and 128 random bits.
+// The engine makes the ids of the records it asks a store to create.
+func NewApprovalID() string { return ids.New("apr_") }
+
+// ApprovalStore is the seam between the engine and where approvals live.
+// Implementations are in package approvalstore (memory, Redis); the
+// conformance package checks any implementation against this contract.
+//
+// The contract, for every method:
+//   - Expiry is decided with the store's own clock (Redis: TIME inside the
+//     script), never the caller's.
+//   - Every check-and-write is one atomic step: a failed check changes
+//     nothing.
+//   - "The same actor" means the whole actor: ID, Tenant, Kind and the
+//     OnBehalfOf chain, exactly ([SameActor]).
+//   - Errors are the sentinel errors of this package (wrapped or not) for
+//     decisions, and anything else for a store failure; the engine maps the
+//     sentinels to codes in one place and every other error to
+//     APPROVAL_UNAVAILABLE, failing closed.
+type ApprovalStore interface {
+	// Create stores a new pending record with req's id, stamped with the
+	// store's clock (RequestedAt, ExpiresAt = RequestedAt + ExpiresIn). While
+	// a pending, unexpired record for the same audience, procedure, digest
+	// and the same (whole) requester exists, it returns that record instead.
+	// A requester (by audience, tenant and id) with too many pending records
+	// gets ErrTooManyPending.
+	Create(ctx context.Context, req ApprovalRequest) (ApprovalRecord, error)
+	// Get returns the record with id, or ErrApprovalNotFound. A pending or
+	// approved record past its expiry reads as ApprovalExpired; a consumed
+	// record past its lease without an outcome reads as ApprovalInDoubt.
+	Get(ctx context.Context, id string) (ApprovalRecord, error)
+	// Decide records one approver's vote on a pending, unexpired record of
+	// d.Audience (another audience's record is ErrApprovalNotFound). It
+	// executes nothing. The approver must pass [CheckApprover] against the
+	// requester (ErrSelfApproval, ErrApproverNotAllowed; unless the store
+	// allows self-approval explicitly) and, when the record has votes
+	// already, against every earlier voter: distinct by ID, and no voter's
+	// ID in another voter's OnBehalfOf chain ([CheckVoter]). A store's
+	// approver policy may refuse with ErrApproverNotAllowed.
+	//
+	// A rejection rejects the record at once. An approval is counted; the
+	// record becomes approved when Quorum distinct approvers have voted
+	// (Quorum 1, the default, approves at the first vote). Approver, Comment
+	// and DecidedAt of the record are those of the vote that decided it.
+	// Each vote is one atomic step.
+	//
+	// The same vote repeated by the same approver is a no-op: it returns the
+	// record and changed = false. Any other vote on a record that is no
+	// longer pending is ErrNotPending (ErrApprovalExpired when it expired
+	// undecided).
+	Decide(ctx context.Context, id string, d Decision) (rec ApprovalRecord, changed bool, err error)
+	// Consume marks an approved record as used by one execution, checking in
+	// one atomic step: it exists, has the same audience and the same whole
+	// actor as requester (else ErrApprovalNotFound: nothing is revealed to
+	// another actor), is approved (ErrApprovalPending, ErrApprovalRejected),
+	// unexpired (ErrApprovalExpired), unconsumed (ErrApprovalConsumed), for
+	// the same procedure, approval type and quorum (ErrApprovalResumeMismatch)
+	// and the same digest (ErrApprovalInputMismatch). Consuming again with
+	// the same ExecutionID succeeds, so a lost reply can be retried. Exactly
+	// one of any number of concurrent consumers wins. It returns only what
+	// the execution needs, in one round trip.
+	Consume(ctx context.Context, id string, req ConsumeRequest) (ConsumedApproval, error)
+	// Release undoes a consumption by executionID that has no outcome yet,
+	// atomically: the record is approved again, as if never consumed, so an
+	// approval is not burnt when the engine knows nothing ran. For any other
+	// record (unknown, consumed by another execution, an outcome recorded,
+	// never consumed) it is a no-op that returns nil.
+	Release(ctx context.Context, id, executionID string) error
+	// RecordOutcome writes how the consuming execution ended into the
+	// record, if executionID is the one that consumed it (else
+	// ErrApprovalNotFound). A consumed record takes any outcome; an in_doubt
+	// one (recorded so, or past its lease) takes a completed or failed
+	// outcome, late or not; a completed or failed record keeps its outcome
+	// (a no-op that returns nil). The zero Outcome is refused.
+	RecordOutcome(ctx context.Context, id, executionID string, o Outcome) error
+	// List returns the records matching f, oldest request first. The filter
+	// is applied inside List, before the limit: records of another audience
+	// or tenant never take a place in the result.
+	List(ctx context.Context, f ApprovalFilter) ([]ApprovalRecord, error)
+}
+
+// ApprovalStatus is where an approval record is in its life.
+type ApprovalStatus uint8
+
+// The life of an approval: pending → approved | rejected | expired |
+// cancelled; approved → consumed → completed | failed, or in_doubt when the
+// consuming execution recorded no outcome within its lease.
+const (
+	ApprovalPending ApprovalStatus = iota + 1
+	ApprovalApproved
+	ApprovalRejected
+	ApprovalExpired
+	ApprovalCancelled
+	ApprovalConsumed
+	ApprovalCompleted
+	ApprovalFailed
+	ApprovalInDoubt
+)
+
+var approvalStatusNames = [...]string{"", "pending", "approved", "rejected", "expired", "cancelled", "consumed", "completed", "failed", "in_doubt"}
+
+func (s ApprovalStatus) String() string {
+	if int(s) < len(approvalStatusNames) && s > 0 {
+		return approvalStatusNames[s]
+	}
+	return "unknown"
+}
+
+// ParseApprovalStatus returns the status whose name is s.
+func ParseApprovalStatus(s string) (ApprovalStatus, bool) {
+	for i, name := range approvalStatusNames {
+		if i > 0 && name == s {
+			return ApprovalStatus(i), true
+		}
+	}
+	return 0, false
+}
+
+// ApprovalRequest is what the engine asks a store to create.
+type ApprovalRequest struct {
+	// ID is the new record's id ("apr_" and 32 hex digits), made by the engine.
+	ID string
+	// Audience names the deployment the approval is for (middleware.WithAudience);
+	// a record is only ever consumed within its audience.
+	Audience  string
+	Procedure string
+	// Type is the capability's approval type, for example "manager".
+	Type string
+	// Quorum is how many distinct approvers must approve; zero means 1.
+	Quorum    int
+	Requester Actor
+	// RequestedBy is the execution that asked for the approval.
+	RequestedBy string
+	// Digest is the input digest the approval binds.
+	Digest string
+	// View is a redacted human-readable view of the input, rendered by the
+	// application (middleware.WithApprovalView); never model-written text.
+	View       string
+	Reasons    []string
+	SideEffect string // the capability's, by name: "write"
+	Risk       string // by name: "high"
+	ExpiresIn  time.Duration
+	// Payload is opaque to the store: bytes the engine keeps with the record
+	// (the sealed arguments of a call to resume over MCP). Get returns it;
+	// List never does.
+	Payload []byte
+}
+
+// ApprovalRecord is an approval as a store keeps it.
+type ApprovalRecord struct {
+	ApprovalRequest
+	Status      ApprovalStatus
+	RequestedAt time.Time
+	ExpiresAt   time.Time
+	// Votes are the approvals counted so far, oldest first, and the
+	// rejection that ended the record, if any.
+	Votes []Vote
+	// Approver, Comment and DecidedAt are those of the vote that decided
+	// the record (approved at the quorum, or rejected); zero while pending.
+	Approver  Actor
+	Comment   string
+	DecidedAt time.Time
+	// ConsumedBy is the execution that consumed the approval.
+	ConsumedBy string
+	ConsumedAt time.Time
+	// LeaseUntil is when a consumed record without an outcome turns in_doubt.
+	LeaseUntil time.Time
+	// Outcome is how the consuming execution ended; the zero value means
+	// none is recorded.
+	Outcome Outcome
+}
+
+// Vote is one approver's verdict on a record.
+type Vote struct {
+	Approver Actor
+	Approve  bool
+	Comment  string
+	At       time.Time
+}
+
+// Outcome is how the execution that consumed an approval ended, as
+// recorded in its record. The zero value means no outcome.
+type Outcome struct {
+	// Status is ApprovalCompleted, ApprovalFailed or ApprovalInDoubt (an
+	// attempt that may still be running was abandoned); zero means none.
+	Status ApprovalStatus
+	// Code is the name of the execution's final code: "OK" when
+	// completed, "TIMEOUT", and so on.
+	Code string
+	// Late marks the result of an attempt that returned after its
+	// execution had finalized, replacing an in_doubt outcome.
+	Late bool
+	// At is when the store recorded it (its own clock); stores set it.
+	At time.Time
+}
+
+// Decision is an approver's vote on a pending record.
+type Decision struct {
+	Approve  bool
+	Approver Actor
+	Comment  string
+	// Audience is the deployment deciding; a record of another audience is
+	// not found. middleware.Engine.Decide sets it to the engine's.
+	Audience string
+}
+
+// ConsumeRequest is what a resumed call presents to consume an approval.
+type ConsumeRequest struct {
+	Audience  string
+	Procedure string
+	Type      string
+	// Quorum is the capability's approval quorum; zero means 1.
+	Quorum int
+	// Actor is the whole actor of the resumed call.
+	Actor       Actor
+	Digest      string
+	ExecutionID string
+	// Lease is how long the execution may run before a record it consumed
+	// without an outcome is reported in_doubt.
+	Lease time.Duration
+}
+
+// ConsumedApproval is the approval an execution consumed: what its handler
+// sees through middleware.ExecutionFromContext, and what a store's Consume returns.
+type ConsumedApproval struct {
+	ID   string
+	Type string
+	// Approver, Comment and DecidedAt are those of the deciding vote.
+	Approver  Actor
+	Comment   string
+	DecidedAt time.Time
+}
+
+// ApprovalFilter selects records for [ApprovalStore.List]. Audience and
+// Tenant match exactly (the empty string is a tenant like any other) unless
+// AnyTenant is set; stores apply them before the limit.
+type ApprovalFilter struct {
+	Audience string
+	Tenant   string
+	// AnyTenant lists every tenant's records, for operators.
+	AnyTenant bool
+	// Status selects one status (as of now); zero means any.
+	Status ApprovalStatus
+	// Limit caps the result; zero means 100.
+	Limit int
+}
+
+// The sentinel errors of approval decisions. Stores return them (wrapped or
+// not); the engine maps each to its code in one place.
+var (
+	ErrApprovalNotFound       = errors.New("agentsafe: approval not found")
+	ErrApprovalPending        = errors.New("agentsafe: approval not decided yet")
+	ErrApprovalRejected       = errors.New("agentsafe: approval rejected")
+	ErrApprovalExpired        = errors.New("agentsafe: approval expired")
+	ErrApprovalConsumed       = errors.New("agentsafe: approval already consumed")
+	ErrApprovalInputMismatch  = errors.New("agentsafe: input differs from the approved input")
+	ErrApprovalResumeMismatch = errors.New("agentsafe: approval is for another procedure or approval type")
+	// ErrNotPending: a decision on a record that is no longer pending.
+	ErrNotPending = errors.New("agentsafe: approval is not pending")
+	// ErrSelfApproval: the approver is the requester, in its delegation
+	// chain, or acts on behalf of either (or, under a quorum, has voted
+	// already, directly or through delegation).
+	ErrSelfApproval = errors.New("agentsafe: approver may not decide their own request")
+	// ErrApproverNotAllowed: the approver has no id, is in another tenant,
+	// or the store's approver policy refused.
+	ErrApproverNotAllowed = errors.New("agentsafe: approver not allowed to decide this approval")
+	// ErrTooManyPending: the requester has too many pending approvals.
+	ErrTooManyPending = errors.New("agentsafe: too many pending approvals for this actor")
+)
+
+// CheckApprover is the approver rule stores apply in Decide: the approver
+// must have an id, must be in the requester's tenant (ErrApproverNotAllowed)
+// and, unless allowSelf, must not be the requester or anyone in the
+// requester's OnBehalfOf chain, nor act on behalf of any of them
+// (ErrSelfApproval).
+func CheckApprover(requester, approver Actor, allowSelf bool) error {
+	if approver.ID == "" {
+		return fmt.Errorf("%w: the approver has no id", ErrApproverNotAllowed)
+	}
+	if approver.Tenant != requester.Tenant {
+		return fmt.Errorf("%w: the approver is in tenant %q, the request in %q", ErrApproverNotAllowed, approver.Tenant, requester.Tenant)
+	}
+	if allowSelf {
+		return nil
+	}
+	if approver.ID == requester.ID {
+		return fmt.Errorf("%w: %s requested it", ErrSelfApproval, approver.ID)
+	}
+	if slices.Contains(requester.OnBehalfOf, approver.ID) {
+		return fmt.Errorf("%w: the requester acts on behalf of %s", ErrSelfApproval, approver.ID)
+	}
+	// Nor through delegation: an approver acting for the requester, or for
+	// someone the requester acts for, is that party approving.
+	for _, id := range approver.OnBehalfOf {
+		if id == requester.ID || slices.Contains(requester.OnBehalfOf, id) {
+			return fmt.Errorf("%w: the approver acts on behalf of %s", ErrSelfApproval, id)
+		}
+	}
+	return nil
+}
+
+// SameActor reports whether a and b are the same whole actor: ID, Tenant,
+// Kind and the OnBehalfOf chain, in order. A session acting for bob is
+// never the session acting for alice.
+func SameActor(a, b Actor) bool {
+	return a.ID == b.ID && a.Tenant == b.Tenant && a.Kind == b.Kind && slices.Equal(a.OnBehalfOf, b.OnBehalfOf)
+}
+
+// CheckVoter is the rule for a further vote on a record under a quorum:
+// the approver passes [CheckApprover] against the requester, and is
+// distinct from every earlier voter: not the same ID, and neither's ID in
+// the other's OnBehalfOf chain (ErrSelfApproval: one party voting twice).
+// A repeat of the approver's own earlier vote is for the store to treat as
+// a no-op before calling it.
+func CheckVoter(rec ApprovalRecord, approver Actor, allowSelf bool) error {
+	if err := CheckApprover(rec.Requester, approver, allowSelf); err != nil {
+		return err
+	}
+	for _, v := range rec.Votes {
+		p := v.Approver
+		if p.ID == approver.ID || slices.Contains(p.OnBehalfOf, approver.ID) || slices.Contains(approver.OnBehalfOf, p.ID) {
+			return fmt.Errorf("%w: %s already voted, directly or through delegation", ErrSelfApproval, p.ID)
+		}
+	}
+	return nil
+}
