@@ -5,7 +5,7 @@
 // through agentsafe's adapter for that framework, so that the suite can
 // tell whether agentsafe is invisible to the protocol.
 //
-//	server -impl connect|grpc [-agentsafe]
+//	server -impl connect|grpc [-agentsafe [-events FILE]]
 //
 // As the suite's docs/testing_servers.md asks, it reads one size-delimited
 // ServerCompatRequest from stdin, listens on an ephemeral loopback port,
@@ -36,18 +36,23 @@ import (
 func main() {
 	impl := flag.String("impl", "connect", "the framework serving the service: connect (connect-go handlers: Connect, gRPC, gRPC-Web) or grpc (grpc.NewServer)")
 	governed := flag.Bool("agentsafe", false, "govern every procedure of the service through agentsafe")
+	events := flag.String("events", "", "with -agentsafe: once stopped, append the engine's event counts to this file, one line")
 	flag.Parse()
-	if err := run(*impl, *governed, os.Stdin, os.Stdout); err != nil {
+	if err := run(*impl, *governed, *events, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
 }
 
-func run(impl string, governed bool, in io.Reader, out io.Writer) error {
+func run(impl string, governed bool, events string, in io.Reader, out io.Writer) error {
 	var eng *middleware.Engine
+	var counter *eventCounter
 	if governed {
+		if events != "" {
+			counter = newEventCounter()
+		}
 		var err error
-		if eng, err = newEngine(); err != nil {
+		if eng, err = newEngine(counter); err != nil {
 			return err
 		}
 	}
@@ -109,8 +114,24 @@ func run(impl string, governed bool, in io.Reader, out io.Writer) error {
 		return err
 	case <-sig.Done():
 		stop()
-		return nil
+		if counter == nil {
+			return nil
+		}
+		return appendCounts(events, counter)
 	}
+}
+
+// appendCounts appends the counter's line to the file at path.
+func appendCounts(path string, c *eventCounter) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := c.writeTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // serverTLS is the TLS configuration the request asks for, with the

@@ -4,11 +4,15 @@
 //	triage -adapter connect|grpc -base BASELINE.log [-tests N] AGENTSAFE.log
 //
 // BASELINE.log is the runner's output for the same server and config
-// without agentsafe. A case can show several causes (the grpc adapter both
-// drops a handler's details and adds its own): each cause is counted once
-// per case that shows it, and the combinations are listed so that their
-// counts add up to the run's failing cases. A failure that matches no
-// cause is listed in full: the rules below need a new entry.
+// without agentsafe. A case can show several causes (an adapter that
+// replaced a handler's details with its own showed two): each cause is
+// counted once per case that shows it, and the combinations are listed so
+// that their counts add up to the run's failing cases. A failure that
+// matches no cause is listed in full: the rules below need a new entry.
+//
+// The causes are those the suite found in agentsafe before its adapters
+// kept a handler's error unchanged; each now names the code that keeps
+// the rule, so that a regression points there.
 package main
 
 import (
@@ -54,8 +58,8 @@ var causes = []cause{
 		id:    "unknown-concealed",
 		title: "a handler's own codes.Unknown status is concealed as INTERNAL \"the operation failed\"",
 		where: map[string]string{
-			"grpc":    "grpcadapter/server.go statusFor: keeps the handler's status only `if s.Code() != codes.Unknown`; otherwise the envelope's EXECUTION_FAILED code and concealed message",
-			"connect": "connectadapter/wire.go wireError (not expected: the handler's *connect.Error is kept)",
+			"grpc":    "grpcadapter/server.go grpcStatus (a status error, codes.Unknown included, is gRPC's own) and wireError (adapter.HandlerError: passed unchanged)",
+			"connect": "connectadapter/interceptor.go status (a *connect.Error is Connect's own) and wire.go wireError (adapter.HandlerError: passed unchanged)",
 		},
 		match: func(c failure) bool {
 			return c.has(`{code: 13 (internal), message: "the operation failed"} does not match expected code 2 (unknown)`)
@@ -63,10 +67,10 @@ var causes = []cause{
 	},
 	{
 		id:    "deadline-as-cancelled",
-		title: "the caller's own deadline is answered CANCELLED (with a detail) at the moment it passes, racing the client's own deadline",
+		title: "the caller's own deadline is answered CANCELLED at the moment it passes, racing the client's own deadline",
 		where: map[string]string{
-			"connect": "middleware/pipeline.go execution.cancelled (no distinction for a caller deadline) and middleware/wire.go wireStatus CodeCancelled -> 1, written by connectadapter/wire.go wireError (`connect.Code(code.RPCCode())`)",
-			"grpc":    "middleware/pipeline.go execution.cancelled and middleware/wire.go wireStatus CodeCancelled -> 1, written by grpcadapter/server.go statusFor (`codes.Code(e.Code.RPCCode())`)",
+			"connect": "middleware/adapter/wire.go RPCCode (CANCELLED caused by the caller's deadline is DeadlineExceeded), written by connectadapter/wire.go wireError",
+			"grpc":    "middleware/adapter/wire.go RPCCode (CANCELLED caused by the caller's deadline is DeadlineExceeded), written by grpcadapter/server.go wireError",
 		},
 		match: func(c failure) bool {
 			return c.has(`message: "the caller cancelled the call"} does not match expected code 4`) ||
@@ -77,8 +81,8 @@ var causes = []cause{
 		id:    "details-dropped",
 		title: "the handler's own error details (RequestInfo, google.rpc.* and others) are dropped",
 		where: map[string]string{
-			"grpc":    "grpcadapter/server.go statusFor: rebuilds the status with `status.New(s.Code(), s.Message())`, which keeps code and message only",
-			"connect": "connectadapter/wire.go wireError (not expected: it copies ce.Details())",
+			"grpc":    "grpcadapter/server.go withoutRelayedDetail: drops only an agentsafe.v1.ErrorDetail from the handler's status",
+			"connect": "connectadapter/wire.go ownError: copies every detail but an agentsafe.v1.ErrorDetail",
 		},
 		match: func(c failure) bool {
 			if a, e, ok := c.detailCount(); ok && a < e {
@@ -107,8 +111,8 @@ var causes = []cause{
 }
 
 var detailAddedAt = map[string]string{
-	"connect": "connectadapter/wire.go wireError: `out.AddDetail(d)` of env.ErrorDetail() on every governed error (unary via unary.go, streams via stream.go)",
-	"grpc":    "grpcadapter/server.go statusFor: `st.WithDetails(env.ErrorDetail())` on every governed error (unary and stream interceptors)",
+	"connect": "middleware/adapter/execute.go CarriesDetail (false for Connect's own errors, as connectadapter/interceptor.go status recognizes them, and for CANCELLED), read by connectadapter/wire.go wireError",
+	"grpc":    "middleware/adapter/execute.go CarriesDetail (false for gRPC's own errors, as grpcadapter/server.go grpcStatus recognizes them, and for CANCELLED), read by grpcadapter/server.go wireError",
 }
 
 func detailAdded(c failure) bool {
