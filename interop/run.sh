@@ -10,7 +10,7 @@
 # Usage, from anywhere: interop/run.sh [-full]
 #
 # By default it runs the CI check, which fits five minutes on two cores
-# with the runner built from a cold cache (README.md, "Run"):
+# not saturated by other work (README.md, "Run"):
 #   - with agentsafe, every feature of config-connect.yaml and
 #     config-grpc.yaml except TLS, whose cases repeat the clear-text ones
 #     over a transport agentsafe never sees;
