@@ -106,13 +106,16 @@ func TestAHiddenToolIsAnUnknownTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { absent.Close(); ss.Wait() }()
-	for name, args := range map[string]map[string]any{
-		"a valid call":                   {"id": "w1"},
-		"arguments that would not parse": {"id": 42, "nonsense": true},
+	for name, params := range map[string]mcp.CallToolParams{
+		"a valid call":                   {Name: "write", Arguments: map[string]any{"id": "w1"}},
+		"arguments that would not parse": {Name: "write", Arguments: map[string]any{"id": 42, "nonsense": true}},
+		// An answering round's refusals (state not issued here) would
+		// tell the tool apart: it is absent before any of them.
+		"an answering round": {Name: "write", Arguments: map[string]any{"id": "w1"}, RequestState: "c3RhdGU"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, hiddenErr := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "write", Arguments: args})
-			_, absentErr := absent.CallTool(t.Context(), &mcp.CallToolParams{Name: "write", Arguments: args})
+			_, hiddenErr := cs.CallTool(t.Context(), &params)
+			_, absentErr := absent.CallTool(t.Context(), &params)
 			h, hok := errors.AsType[*jsonrpc.Error](hiddenErr)
 			a, aok := errors.AsType[*jsonrpc.Error](absentErr)
 			if !hok || !aok || h.Code != a.Code || h.Message != a.Message {
