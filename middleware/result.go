@@ -68,8 +68,9 @@ type Reconciled struct {
 	// Response is the response the execution would have returned, when
 	// Done and known: a proto.Message for Connect, gRPC, Twirp and MCP
 	// calls, an *http.Response for a net/http route (its status, headers
-	// and body are stored; the hook's body is read and closed). Nil stores
-	// the envelope alone, and a repeat gets it without a body.
+	// and body are stored; the hook's body is read and closed). Nil, or a
+	// response over 1 MiB (a net/http body over 1 MiB), stores the
+	// envelope alone, and a repeat gets it without a body.
 	Response any
 }
 
@@ -280,6 +281,9 @@ func (x *execution) reconcile(prev string) *Error {
 		k.held = false
 		return &Error{Code: CodeIdempotencyInDoubt, Message: "reconciling the execution in doubt returned a response the engine cannot store", Cause: err}
 	}
+	if x.overLimit(resp) { // as for a response the handler returned: the envelope alone
+		resp = nil
+	}
 	env := Envelope{ExecutionID: prev, Procedure: x.proc, Status: StatusCompleted}
 	res := x.sealResult(env, false, resp, nil)
 	x.complete(res)
@@ -414,10 +418,22 @@ func (x *execution) response(v any) []byte {
 		return nil
 	}
 	b, err := x.call.Marshal(v)
-	if err != nil || len(b) > maxStoredResponse {
+	if err != nil || x.overLimit(b) {
 		return nil
 	}
 	return b
+}
+
+// overLimit reports whether a stored response is over the size limit: a
+// message's encoding, or a net/http response's body (its status and
+// headers aside).
+func (x *execution) overLimit(b []byte) bool {
+	if Surface(x.call.Surface) == SurfaceHTTP {
+		if _, _, body, err := replay.DecodeHTTP(b); err == nil {
+			return len(body) > maxStoredResponse
+		}
+	}
+	return len(b) > maxStoredResponse
 }
 
 // The stored form of a result: the envelope in the clear (the store's

@@ -561,6 +561,17 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("done without a response: the envelope without a body: %v %+v", v, env)
 		}
 	})
+	t.Run("a reconciled response over 1 MiB replays the envelope alone", func(t *testing.T) {
+		big := wrapperspb.String(strings.Repeat("x", 1<<20))
+		r, first, _ := inDoubt(t, func(context.Context, string) (middleware.Reconciled, error) {
+			return middleware.Reconciled{Done: true, Response: big}, nil
+		})
+		v, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		if v != "<no body>" || !env.Replayed || env.ExecutionID != first.ExecutionID {
+			t.Errorf("over 1 MiB only the envelope is stored, a reconciled response too: %.20v %+v", v, env)
+		}
+	})
 	t.Run("not found runs again under the same key", func(t *testing.T) {
 		r, first, key := inDoubt(t, func(context.Context, string) (middleware.Reconciled, error) { return middleware.Reconciled{}, nil })
 		v, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
