@@ -860,3 +860,60 @@ func TestStreamsAreNeverReplayed(t *testing.T) {
 	}
 	r.wantRuns("a stream runs every time", 2)
 }
+
+// TestReconcileIsAskedWithTheKeyTheHandlerSaw: after a consumption the
+// handler's key is the approval-derived one; a repeat of its key in doubt
+// asks Reconcile about that key, the one the downstream knows, and never
+// runs the call again on a "not found" about a key it never saw.
+func TestReconcileIsAskedWithTheKeyTheHandlerSaw(t *testing.T) {
+	for _, resend := range []bool{true, false} {
+		t.Run(fmt.Sprintf("the first repeat carries the approval id: %v", resend), func(t *testing.T) {
+			approvals := approvalstore.NewMemory()
+			var mu sync.Mutex
+			var asked []string
+			r := oneResult(t, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: time.Second, Approval: middleware.Approval{Required: true},
+				Reconcile: func(_ context.Context, key string) (middleware.Reconciled, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					asked = append(asked, key)
+					return middleware.Reconciled{Done: true}, nil
+				}}, middleware.WithApprovalStore(approvals))
+			_, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+			wantCode(t, env, err, middleware.CodeApprovalRequired)
+			id := env.ApprovalID
+			if _, err := r.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: boss}); err != nil {
+				t.Fatal(err)
+			}
+			var seen string
+			_, first, err := r.call(t.Context(), keyedCall{key: "k", approvalID: id}, func(ctx context.Context) (any, error) {
+				x, _ := middleware.ExecutionFromContext(ctx)
+				seen = x.IdempotencyKey
+				return nil, errors.New("the reply was lost")
+			})
+			wantCode(t, first, err, middleware.CodeExecutionFailed)
+			if !resend { // the handler's key is unknown: in doubt, the hook not asked, the record as it was
+				_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+				wantCode(t, env, err, middleware.CodeIdempotencyInDoubt)
+				if !strings.Contains(env.Error.Message, first.ExecutionID) || !strings.Contains(env.Error.Message, "Agentsafe-Approval-Id") {
+					t.Errorf("in doubt, naming the execution in doubt and how to reconcile it: %q", env.Error.Message)
+				}
+				mu.Lock()
+				if len(asked) != 0 {
+					t.Errorf("Reconcile must not be asked about a key the handler may not have seen: %v", asked)
+				}
+				mu.Unlock()
+			}
+			_, env, err = r.call(t.Context(), keyedCall{key: "k", approvalID: id}, refunded)
+			wantCode(t, env, err, middleware.CodeOK)
+			if !env.Replayed || env.ExecutionID != first.ExecutionID {
+				t.Errorf("a reconciled key in doubt replays as the execution in doubt: %+v", env)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) != 1 || asked[0] != seen {
+				t.Errorf("Reconcile must be asked with the key the handler saw, %s: %v", seen, asked)
+			}
+			r.wantRuns("a reconciled call runs once", 1)
+		})
+	}
+}
