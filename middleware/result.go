@@ -308,7 +308,7 @@ func (x *execution) reconcile(prev string, gated bool) *Error {
 		return &Error{Code: CodeIdempotencyInDoubt, Message: fmt.Sprintf("execution %s with this %s may have run and left no result, and reconciling it failed", prev, keyName(k)), Cause: err}
 	}
 	if !found.Done {
-		return nil // it did not happen: run, under the same key
+		return x.holdAfresh() // it did not happen: run, under the same key
 	}
 	resp, err := x.reconciledResponse(found.Response)
 	if err != nil {
@@ -345,6 +345,26 @@ func (x *execution) handlerKeyOf(prev string, gated bool) (string, bool) {
 		}
 	}
 	return x.keyed.key, !gated
+}
+
+// holdAfresh turns this execution's claim to reconcile into a claim of
+// its own, before it runs: gives the key back and claims it again, so
+// that if it ends in doubt, the key is in doubt about this execution (a
+// reconciler's MarkInDoubt names the execution it reconciled). Another
+// execution that claims the key in between runs instead; this one then
+// answers as a repeat of it.
+func (x *execution) holdAfresh() *Error {
+	k := x.keyed
+	if err := x.e.cfg.results.Release(x.ctx, k.key, x.id); err != nil {
+		return x.resultUnavailable(err) // still held: finish gives it back
+	}
+	k.held = false
+	c, err := x.claimOnce(store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.cap.lease,
+		WriteLike: x.cap.SideEffect.WriteLike(), Retention: k.retention})
+	if err != nil {
+		return err
+	}
+	return x.claimed(c, false)
 }
 
 // callReconcile runs the hook about key; a panic is an error.

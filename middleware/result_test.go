@@ -917,3 +917,58 @@ func TestReconcileIsAskedWithTheKeyTheHandlerSaw(t *testing.T) {
 		})
 	}
 }
+
+// TestAFailedReconciliationKeepsTheExecutionInDoubt: a repeat whose
+// Reconcile failed ran nothing; the key stays in doubt about the
+// execution that may have run, which later repeats name and a later
+// reconciliation replays as.
+func TestAFailedReconciliationKeepsTheExecutionInDoubt(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	r := oneResult(t, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: time.Second,
+		Reconcile: func(context.Context, string) (middleware.Reconciled, error) {
+			if fail.Load() {
+				return middleware.Reconciled{}, errors.New("gateway down")
+			}
+			return middleware.Reconciled{Done: true}, nil
+		}})
+	_, first, _ := r.call(t.Context(), keyedCall{key: "k"}, func(context.Context) (any, error) { return nil, errors.New("the reply was lost") })
+	_, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+	wantCode(t, env, err, middleware.CodeIdempotencyInDoubt)
+	_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+	wantCode(t, env, err, middleware.CodeIdempotencyInDoubt)
+	if !strings.Contains(env.Error.Message, first.ExecutionID) {
+		t.Errorf("after a failed reconciliation, a repeat names the execution in doubt, %s: %q", first.ExecutionID, env.Error.Message)
+	}
+	fail.Store(false)
+	_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+	wantCode(t, env, err, middleware.CodeOK)
+	if !env.Replayed || env.ExecutionID != first.ExecutionID {
+		t.Errorf("the reconciled result replays as the execution in doubt's, %s: %+v", first.ExecutionID, env)
+	}
+	r.wantRuns("nothing runs while reconciling", 1)
+}
+
+// TestARunAfterNotFoundIsInDoubtAboutItself: when Reconcile found nothing
+// and the call ran again, under the same key, and failed in doubt too,
+// the key is in doubt about that second run, the one that may have had
+// the effect.
+func TestARunAfterNotFoundIsInDoubtAboutItself(t *testing.T) {
+	r := oneResult(t, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: time.Second,
+		Reconcile: func(context.Context, string) (middleware.Reconciled, error) { return middleware.Reconciled{}, nil }})
+	var key string
+	lost := func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		key = x.IdempotencyKey
+		return nil, errors.New("the reply was lost")
+	}
+	_, first, _ := r.call(t.Context(), keyedCall{key: "k"}, lost)
+	_, second, err := r.call(t.Context(), keyedCall{key: "k"}, lost)
+	wantCode(t, second, err, middleware.CodeExecutionFailed)
+	if second.ExecutionID == first.ExecutionID || second.Attempts != 1 {
+		t.Fatalf("not found: the call runs again: %+v", second)
+	}
+	if rec, err := r.record(key); err != nil || rec.State != store.ResultInDoubt || rec.ExecutionID != second.ExecutionID {
+		t.Errorf("a run after not found is in doubt about itself, %s: %+v (%v)", second.ExecutionID, rec, err)
+	}
+}
