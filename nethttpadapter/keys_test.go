@@ -219,3 +219,23 @@ func TestTheStoredSizeLimitIsTheBodys(t *testing.T) {
 		t.Errorf("a reconciled response over 1 MiB is replayed without a body, never truncated: %d bytes, %+v", len(r.body), r.env)
 	}
 }
+
+// TestAnEmptyKeyHeaderIsMalformed: an Idempotency-Key header that is
+// there but empty is 400 INVALID_ARGUMENT naming it, never a call without
+// a key; nothing runs.
+func TestAnEmptyKeyHeaderIsMalformed(t *testing.T) {
+	var runs atomic.Int32
+	eng := newEngine(t, middleware.Capability{SideEffect: middleware.SideEffectWrite}, middleware.WithLogger(slog.New(slog.DiscardHandler)), middleware.WithResultStore(resultstore.NewMemory()),
+		middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: []byte("0123456789abcdef")}))
+	srv := httptestServer(t, nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })))
+	for _, key := range []string{"", " "} {
+		a := post(t, srv.URL, `{}`, key)
+		wantRefusal(t, a, http.StatusBadRequest, middleware.CodeInvalidArgument)
+		if a.env.Error != nil && !strings.Contains(a.env.Error.Message, "Idempotency-Key") {
+			t.Errorf("%q: the refusal names the header: %q", key, a.env.Error.Message)
+		}
+	}
+	if runs.Load() != 0 {
+		t.Errorf("a malformed key runs nothing: %d runs", runs.Load())
+	}
+}
