@@ -180,7 +180,7 @@ func (x *execution) claim(gated bool) *Error {
 	} else {
 		k.key = dedupResultKey(x.e.cfg.audience, x.actor, x.proc, x.digest)
 	}
-	req := store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.cap.lease,
+	req := store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.claimLease(gated),
 		WriteLike: x.cap.SideEffect.WriteLike(), Retention: k.retention, Reconcile: x.cap.Reconcile != nil}
 	if gated && req.Reconcile {
 		// Reconciled only once the key its handler saw is known (see
@@ -234,6 +234,18 @@ func (x *execution) claimed(c store.Claim, gated bool) *Error {
 		return nil
 	}
 	return x.resultUnavailable(fmt.Errorf("the result store answered a claim with %s", c.Status))
+}
+
+// claimLease is how long a claim holds without a result: the longest the
+// execution may run, plus a grace (as for a consumed approval), and, when
+// the call needs an approval and its caller waits for the decision (an
+// MCP bridge's answering round), that wait too: the claim is taken
+// before the gate.
+func (x *execution) claimLease(gated bool) time.Duration {
+	if !gated {
+		return x.cap.lease
+	}
+	return x.cap.lease + max(x.mark().Wait, 0)
 }
 
 func keyName(k *keyed) string {
@@ -359,7 +371,7 @@ func (x *execution) holdAfresh() *Error {
 		return x.resultUnavailable(err) // still held: finish gives it back
 	}
 	k.held = false
-	c, err := x.claimOnce(store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.cap.lease,
+	c, err := x.claimOnce(store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.claimLease(false),
 		WriteLike: x.cap.SideEffect.WriteLike(), Retention: k.retention})
 	if err != nil {
 		return err

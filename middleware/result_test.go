@@ -972,3 +972,44 @@ func TestARunAfterNotFoundIsInDoubtAboutItself(t *testing.T) {
 		t.Errorf("a run after not found is in doubt about itself, %s: %+v (%v)", second.ExecutionID, rec, err)
 	}
 }
+
+// TestAClaimLastsThroughTheApprovalWait: a keyed resume that waits for
+// the decision (an MCP bridge's answering round) holds its key while it
+// waits: a repeat meanwhile is IDEMPOTENCY_IN_FLIGHT, never in doubt
+// about an execution that has not run yet.
+func TestAClaimLastsThroughTheApprovalWait(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		approvals := approvalstore.NewMemory()
+		gated := middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true}}
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRefund, gated), middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
+			middleware.WithActor(actorOf), middleware.WithApprovalStore(approvals), middleware.WithResultStore(resultstore.NewMemory()), middleware.WithResultKey(sealKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &results{t: t, eng: eng}
+		_, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, env, err, middleware.CodeApprovalRequired)
+		id := env.ApprovalID
+		done := make(chan middleware.Envelope, 1)
+		go func() {
+			ctx := adapter.WithApprovalMark(t.Context(), procRefund, adapter.ApprovalMark{Wait: 10 * time.Minute})
+			_, env, _ := r.call(ctx, keyedCall{key: "k", approvalID: id}, refunded)
+			done <- env
+		}()
+		time.Sleep(5 * time.Minute) // past the capability's lease, still waiting for the decision
+		synctest.Wait()
+		_, env, err = r.call(t.Context(), keyedCall{key: "k", approvalID: id}, refunded)
+		wantCode(t, env, err, middleware.CodeIdempotencyInFlight)
+		if _, err := eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: boss}); err != nil {
+			t.Fatal(err)
+		}
+		first := <-done
+		wantCode(t, first, nil, middleware.CodeOK)
+		_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		if !env.Replayed || env.ExecutionID != first.ExecutionID {
+			t.Errorf("the waited-for run is stored and replayed: %+v", env)
+		}
+		r.wantRuns("one run", 1)
+	})
+}
