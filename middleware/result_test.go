@@ -413,6 +413,8 @@ func TestWhatIsStoredReleasedOrInDoubt(t *testing.T) {
 			refunded, middleware.CodeApprovalRequired, 0},
 		{"an audit failure is released", writeCap, []middleware.Option{middleware.WithAuditSink(failingAuditSink{})}, nil,
 			refunded, middleware.CodeAuditUnavailable, 0},
+		{"an audit failure at started releases the claim", writeCap, []middleware.Option{middleware.WithAuditSink(failingAuditSink{at: middleware.EventStarted})}, nil,
+			refunded, middleware.CodeAuditUnavailable, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inBubble(t, func(t *testing.T) {
@@ -441,9 +443,13 @@ func TestWhatIsStoredReleasedOrInDoubt(t *testing.T) {
 	}
 }
 
-type failingAuditSink struct{}
+// failingAuditSink fails to record events of type at, or every event.
+type failingAuditSink struct{ at middleware.EventType }
 
-func (failingAuditSink) Record(context.Context, middleware.Event) error {
+func (s failingAuditSink) Record(_ context.Context, e middleware.Event) error {
+	if s.at != "" && e.Type != s.at {
+		return nil
+	}
 	return errors.New("audit down")
 }
 
