@@ -1019,3 +1019,29 @@ func TestAClaimLastsThroughTheApprovalWait(t *testing.T) {
 		r.wantRuns("one run", 1)
 	})
 }
+
+// TestResultsAreKeptFor24HoursByDefault: a stored result answers repeats
+// for 24 hours from when it was stored, then the key runs afresh;
+// Defaults.ResultRetention changes it.
+func TestResultsAreKeptFor24HoursByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		opts []middleware.Option
+		keep time.Duration
+	}{
+		{nil, 24 * time.Hour},
+		{[]middleware.Option{middleware.WithDefaults(middleware.Defaults{ResultRetention: time.Hour})}, time.Hour},
+	} {
+		r := oneResult(t, writeCap, tc.opts...)
+		_, first, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, first, err, middleware.CodeOK)
+		r.clock.Advance(tc.keep - time.Second)
+		if _, env, _ := r.call(t.Context(), keyedCall{key: "k"}, refunded); !env.Replayed {
+			t.Errorf("retention %s: a second before its end the result is replayed: %+v", tc.keep, env)
+		}
+		r.clock.Advance(time.Second)
+		if _, env, _ := r.call(t.Context(), keyedCall{key: "k"}, refunded); env.Replayed {
+			t.Errorf("retention %s: once it ended the key runs afresh: %+v", tc.keep, env)
+		}
+		r.wantRuns("one run per retention", 2)
+	}
+}
