@@ -243,3 +243,24 @@ func TestARepeatedKeyArgumentIsRefused(t *testing.T) {
 		t.Errorf("the service ran %d times for repeated keys", n)
 	}
 }
+
+// TestApprovalsResumeRefusesARepeatedKeyArgument: approvals_resume reads
+// _idempotency_key as every tool does: named twice, or not a string,
+// it is refused, never resumed under the last one.
+func TestApprovalsResumeRefusesARepeatedKeyArgument(t *testing.T) {
+	f := keyed(t, nil)
+	cs := connectInMemory(t, f.bridge, nil)
+	for name, raw := range map[string]string{
+		"two values": `{"approval_id":"apr_00000000000000000000000000000000","_idempotency_key":"a","_idempotency_key":"b"}`,
+		"not a string": `{"approval_id":"apr_00000000000000000000000000000000","_idempotency_key":7}`,
+	} {
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "approvals_resume", Arguments: json.RawMessage(raw)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := envelopeText(t, r)
+		if !r.IsError || env.Error == nil || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, "_idempotency_key") {
+			t.Errorf("%s: refused naming the argument: %v", name, text(r))
+		}
+	}
+}
