@@ -251,7 +251,7 @@ func TestApprovalsResumeRefusesARepeatedKeyArgument(t *testing.T) {
 	f := keyed(t, nil)
 	cs := connectInMemory(t, f.bridge, nil)
 	for name, raw := range map[string]string{
-		"two values": `{"approval_id":"apr_00000000000000000000000000000000","_idempotency_key":"a","_idempotency_key":"b"}`,
+		"two values":   `{"approval_id":"apr_00000000000000000000000000000000","_idempotency_key":"a","_idempotency_key":"b"}`,
 		"not a string": `{"approval_id":"apr_00000000000000000000000000000000","_idempotency_key":7}`,
 	} {
 		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "approvals_resume", Arguments: json.RawMessage(raw)})
