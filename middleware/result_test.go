@@ -645,6 +645,19 @@ func TestApprovalsAndKeys(t *testing.T) {
 	if len(keys) != 1 || keys[0] == "" {
 		t.Fatalf("keys %v", keys)
 	}
+	// The key derived from the caller's, as the same call without an
+	// approval sees it: after a consumption the handler sees the
+	// approval-derived key instead.
+	var callerDerived string
+	plain := oneResult(t, writeCap)
+	_, _, _ = plain.call(t.Context(), keyedCall{key: "k"}, func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		callerDerived = x.IdempotencyKey
+		return "refunded", nil
+	})
+	if !strings.HasPrefix(keys[0], "idk_") || keys[0] == callerDerived {
+		t.Errorf("after a consumption the handler's key is the approval-derived one, not %s: %s", callerDerived, keys[0])
+	}
 	consumed := 0
 	for _, e := range r.rec.Events() {
 		if e.Type == middleware.EventApprovalConsumed {
