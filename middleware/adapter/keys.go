@@ -102,8 +102,10 @@ func CallerKey(values []string) string {
 	if len(values) == 0 {
 		return ""
 	}
-	if joined := strings.Join(values, ", "); strings.Trim(joined, " \t") != "" {
-		return joined
+	for _, v := range values {
+		if strings.Trim(v, " \t") == "" {
+			return `""` // there but empty: an empty sf-string, which the engine refuses
+		}
 	}
-	return `""` // there but empty: an empty sf-string, which the engine refuses
+	return strings.Join(values, ", ")
 }

@@ -192,7 +192,8 @@ func TestCallerKeyTellsAnEmptyKeyFromNone(t *testing.T) {
 		{[]string{"a", "b"}, "a, b"},
 		{[]string{""}, `""`},
 		{[]string{" "}, `""`},
-		{[]string{"", ""}, ", "},
+		{[]string{"", ""}, `""`},
+		{[]string{"a", ""}, `""`}, // never the bare token "a,"
 	} {
 		if got := adapter.CallerKey(tc.values); got != tc.want {
 			t.Errorf("CallerKey(%q) = %q, want %q: an empty key is malformed, not absent", tc.values, got, tc.want)
