@@ -407,7 +407,7 @@ var resultRules = []struct {
 		}
 	}},
 	{"Reconcile/a failed reconciliation stays in doubt", func(c *resultCheck) {
-		const rule = "a reconciler that cannot tell marks the key in doubt again"
+		const rule = "a reconciler that cannot tell marks the key in doubt again, about the execution it reconciled"
 		key := c.acquired("exe_a")
 		c.s.Advance(resultLease) // in doubt by its lease
 		r := c.req(key, "exe_b")
@@ -416,9 +416,21 @@ var resultRules = []struct {
 		if err := c.s.Store.MarkInDoubt(c.ctx, key, "exe_b"); err != nil {
 			c.Fatal(err)
 		}
-		c.want(rule, c.claim(c.req(key, "exe_c")), store.ClaimInDoubt, "exe_b")
+		if rec := c.get(key); rec.State != store.ResultInDoubt || rec.ExecutionID != "exe_a" || rec.ReconcileOf != "" {
+			c.Errorf("%s: the record must be in doubt about exe_a, which may have run (exe_b ran nothing): %+v", rule, rec)
+		}
+		c.want(rule, c.claim(c.req(key, "exe_c")), store.ClaimInDoubt, "exe_a")
 		r.ExecutionID = "exe_d"
-		c.want(rule, c.claim(r), store.ClaimReconcile, "exe_b")
+		c.want(rule, c.claim(r), store.ClaimReconcile, "exe_a")
+		if err := c.s.Store.MarkInDoubt(c.ctx, key, "exe_d"); err != nil {
+			c.Fatal(err)
+		}
+		late := sample("exe_a")
+		late.Late = true
+		c.complete(key, "exe_a", late) // its abandoned attempt came back
+		if got := c.claim(c.req(key, "exe_e")); got.Status != store.ClaimDone || !sameResult(got.Result, late) {
+			c.Errorf("%s: the late result of the execution in doubt replaces in doubt: %s %+v", rule, got.Status, got.Result)
+		}
 	}},
 	{"Reconcile/a reconciler that releases frees the key", func(c *resultCheck) {
 		const rule = "a reconciler that finds nothing ran may run again under the key, or give it back"

@@ -139,3 +139,32 @@ func TestKeysOverConnect(t *testing.T) {
 		}
 	})
 }
+
+// TestAReplayIsReencodedForTheRepeatsProtocol: a result stored from a
+// binary Connect call is replayed to a repeat over another protocol and
+// codec (gRPC, Connect with JSON, a GET) as that repeat's client expects:
+// the same message by proto.Equal.
+func TestAReplayIsReencodedForTheRepeatsProtocol(t *testing.T) {
+	svc, url := keyServer(t)
+	first, err := testv1connect.NewTestServiceClient(httpClient(t, false), url).Write(t.Context(), keyed(&testv1.Request{Id: "w-1"}, "across"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]connect.ClientOption{
+		"grpc":         {connect.WithGRPC()},
+		"grpc-web":     {connect.WithGRPCWeb()},
+		"connect json": {connect.WithProtoJSON()},
+		"grpc json":    {connect.WithGRPC(), connect.WithProtoJSON()},
+	} {
+		again, err := testv1connect.NewTestServiceClient(httpClient(t, false), url, opts...).Write(t.Context(), keyed(&testv1.Request{Id: "w-1"}, "across"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !proto.Equal(first.Msg, again.Msg) || again.Header().Get(adapter.HeaderReplayed) != "true" {
+			t.Errorf("%s: the replay is the stored message: %v, first %v", name, again.Msg, first.Msg)
+		}
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Errorf("one key, one run: %d", n)
+	}
+}

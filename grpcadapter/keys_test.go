@@ -3,6 +3,7 @@ package grpcadapter_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -142,5 +143,30 @@ func TestKeysOverGRPC(t *testing.T) {
 	res, md, err := call(ctx, c.IdempotentWrite, &testv1.Request{Id: "w-1", Mode: "fail"}, "reconcile")
 	if err != nil || !proto.Equal(res, reconciled) || one(md, "agentsafe-replayed") != "true" {
 		t.Errorf("a key in doubt that Reconcile finds done replays the reconciled message: %v, %v", res, err)
+	}
+}
+
+// TestAnEmptyKeyIsMalformed: idempotency-key metadata that is there but
+// empty is no key of 1 to 255 characters: InvalidArgument naming it, and
+// nothing runs; two values are refused alike.
+func TestAnEmptyKeyIsMalformed(t *testing.T) {
+	reg := middleware.NewRegistry().Register(testv1.TestService_Write_FullMethodName, middleware.Capability{SideEffect: middleware.SideEffectWrite})
+	eng := newEngine(t, reg, middleware.WithResultStore(resultstore.NewMemory()),
+		middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: []byte("0123456789abcdef")}))
+	svc := &keyService{started: make(chan struct{}, 1)}
+	c := testv1.NewTestServiceClient(serve(t, eng, svc))
+	for name, ctx := range map[string]context.Context{
+		"empty":      metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", ""),
+		"two values": metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "a", "idempotency-key", "b"),
+	} {
+		var header, trailer metadata.MD
+		_, err := c.Write(ctx, &testv1.Request{Id: "w-1"}, grpc.Header(&header), grpc.Trailer(&trailer))
+		wantRefusal(t, metadata.Join(header, trailer), err, codes.InvalidArgument, middleware.CodeInvalidArgument)
+		if st := status.Convert(err); !strings.Contains(st.Message(), "Idempotency-Key") {
+			t.Errorf("%s: the refusal names the header: %q", name, st.Message())
+		}
+	}
+	if n := svc.runs.Load(); n != 0 {
+		t.Errorf("a malformed key runs nothing: %d runs", n)
 	}
 }

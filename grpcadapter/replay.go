@@ -3,7 +3,6 @@ package grpcadapter
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/agentsafe/agentsafe/internal/protoreplay"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -15,9 +14,9 @@ import (
 )
 
 // callerKey is the caller's idempotency-key metadata, every value of it:
-// more than one is malformed, which the engine reports.
+// more than one, or an empty one, is malformed, which the engine reports.
 func callerKey(ctx context.Context) string {
-	return strings.Join(metadata.ValueFromIncomingContext(ctx, mdKey), ", ")
+	return adapter.CallerKey(metadata.ValueFromIncomingContext(ctx, mdKey))
 }
 
 // replayCodec stores a call's response as its message's binary encoding,

@@ -118,6 +118,7 @@ func splitArguments(raw json.RawMessage) (args json.RawMessage, approvalID, idem
 	}
 	var out bytes.Buffer
 	out.WriteByte('{')
+	seenKey := false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -135,6 +136,10 @@ func splitArguments(raw json.RawMessage) (args json.RawMessage, approvalID, idem
 			}
 			continue
 		case keyArgument:
+			if seenKey { // two keys, as two Idempotency-Key headers are: malformed
+				return nil, "", "", fmt.Errorf("%q is given more than once", keyArgument)
+			}
+			seenKey = true
 			if err := json.Unmarshal(value, &idempotencyKey); err != nil {
 				return nil, "", "", fmt.Errorf("%q must be a string", keyArgument)
 			}

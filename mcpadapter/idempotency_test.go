@@ -219,3 +219,48 @@ service { name: "Clash" method { name: "Do" input_type: ".clash.v1.Req" output_t
 		t.Errorf("a request field named _idempotency_key must fail New, naming it and the procedure: %v", err)
 	}
 }
+
+// TestARepeatedKeyArgumentIsRefused: arguments naming _idempotency_key
+// twice carry two keys, as two Idempotency-Key headers do: the call is
+// refused, naming the argument, rather than run under the last one.
+func TestARepeatedKeyArgumentIsRefused(t *testing.T) {
+	f := keyed(t, nil)
+	cs := connectInMemory(t, f.bridge, nil)
+	for name, raw := range map[string]string{
+		"two values": `{"id":"w-1","_idempotency_key":"a","_idempotency_key":"b"}`,
+		"one value":  `{"id":"w-1","_idempotency_key":"a","_idempotency_key":"a"}`,
+	} {
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "write", Arguments: json.RawMessage(raw)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := envelopeText(t, r)
+		if !r.IsError || env.Error == nil || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, "_idempotency_key") {
+			t.Errorf("%s: a repeated key argument is refused naming it: %v", name, text(r))
+		}
+	}
+	if n := len(f.svc.executions()); n != 0 {
+		t.Errorf("the service ran %d times for repeated keys", n)
+	}
+}
+
+// TestApprovalsResumeRefusesARepeatedKeyArgument: approvals_resume reads
+// _idempotency_key as every tool does: named twice, or not a string,
+// it is refused, never resumed under the last one.
+func TestApprovalsResumeRefusesARepeatedKeyArgument(t *testing.T) {
+	f := keyed(t, nil)
+	cs := connectInMemory(t, f.bridge, nil)
+	for name, raw := range map[string]string{
+		"two values":   `{"approval_id":"apr_00000000000000000000000000000000","_idempotency_key":"a","_idempotency_key":"b"}`,
+		"not a string": `{"approval_id":"apr_00000000000000000000000000000000","_idempotency_key":7}`,
+	} {
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "approvals_resume", Arguments: json.RawMessage(raw)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := envelopeText(t, r)
+		if !r.IsError || env.Error == nil || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, "_idempotency_key") {
+			t.Errorf("%s: refused naming the argument: %v", name, text(r))
+		}
+	}
+}

@@ -49,19 +49,17 @@ const errNotResumable = "no approval with this id can be resumed here"
 // approval only for the same whole actor, procedure and input, once. A
 // caller's _idempotency_key makes a repeat after a lost reply a replay.
 func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	// The key argument is read as for every tool (once, a string the
+	// header could carry), the rest for the approval id.
+	rest, _, key, err := splitArguments(req.Params.Arguments)
+	if err != nil {
+		return refusal(middleware.CodeInvalidArgument, "invalid arguments: "+err.Error()), nil
+	}
 	var in struct {
-		ApprovalID string  `json:"approval_id"`
-		Key        *string `json:"_idempotency_key"`
+		ApprovalID string `json:"approval_id"`
 	}
-	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.ApprovalID == "" {
+	if err := json.Unmarshal(rest, &in); err != nil || in.ApprovalID == "" {
 		return refusal(middleware.CodeInvalidArgument, `send {"approval_id": "apr_..."}`), nil
-	}
-	key := ""
-	if in.Key != nil {
-		if err := checkKey(*in.Key); err != nil {
-			return refusal(middleware.CodeInvalidArgument, "invalid arguments: "+err.Error()), nil
-		}
-		key = *in.Key
 	}
 	rec, err := b.eng.Get(ctx, in.ApprovalID)
 	if err == nil && len(rec.Payload) > 0 {

@@ -128,8 +128,12 @@ type Capability struct {
 	// Done stores and replays its result; not Done runs the call again
 	// under the same key; an error keeps the key in doubt. It is asked by
 	// the first repeat of a key in doubt, alone: other repeats meanwhile
-	// are IDEMPOTENCY_IN_FLIGHT. Nil, the default: a repeat of a key in
-	// doubt is IDEMPOTENCY_IN_DOUBT.
+	// are IDEMPOTENCY_IN_FLIGHT. After an approval was consumed, the key
+	// its handler saw is the one derived from the approval: a repeat of a
+	// call that needs an approval is reconciled only when it carries the
+	// Agentsafe-Approval-Id of the approval the execution in doubt
+	// consumed, and is IDEMPOTENCY_IN_DOUBT otherwise. Nil, the default: a
+	// repeat of a key in doubt is IDEMPOTENCY_IN_DOUBT.
 	Reconcile func(ctx context.Context, key string) (Reconciled, error)
 }
 

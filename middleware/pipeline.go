@@ -171,7 +171,7 @@ func (x *execution) admit() *Error {
 	if err != nil {
 		return err
 	}
-	if err := x.claim(); err != nil || x.replaying() != nil {
+	if err := x.claim(len(reasons) > 0); err != nil || x.replaying() != nil {
 		return err // a replay never reaches the gate
 	}
 	if len(reasons) == 0 {

@@ -12,7 +12,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentsafe/agentsafe/internal/ids"
 	"github.com/agentsafe/agentsafe/internal/replay"
+	"github.com/agentsafe/agentsafe/internal/seam"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"google.golang.org/protobuf/proto"
 )
@@ -68,8 +70,9 @@ type Reconciled struct {
 	// Response is the response the execution would have returned, when
 	// Done and known: a proto.Message for Connect, gRPC, Twirp and MCP
 	// calls, an *http.Response for a net/http route (its status, headers
-	// and body are stored; the hook's body is read and closed). Nil stores
-	// the envelope alone, and a repeat gets it without a body.
+	// and body are stored; the hook's body is read and closed). Nil, or a
+	// response over 1 MiB (a net/http body over 1 MiB), stores the
+	// envelope alone, and a repeat gets it without a body.
 	Response any
 }
 
@@ -162,8 +165,9 @@ var claimRetries = consumeRetries
 
 // claim is stage 2d: claim the key, or answer from the store. It returns
 // nil when the execution holds the key (it runs) or has a stored result
-// to replay (see replaying); nothing has run when it refuses.
-func (x *execution) claim() *Error {
+// to replay (see replaying); nothing has run when it refuses. gated tells
+// that the call needs an approval.
+func (x *execution) claim(gated bool) *Error {
 	k := x.keyed
 	if k == nil {
 		return nil
@@ -176,25 +180,51 @@ func (x *execution) claim() *Error {
 	} else {
 		k.key = dedupResultKey(x.e.cfg.audience, x.actor, x.proc, x.digest)
 	}
-	req := store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.cap.lease,
+	req := store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.claimLease(gated),
 		WriteLike: x.cap.SideEffect.WriteLike(), Retention: k.retention, Reconcile: x.cap.Reconcile != nil}
+	if gated && req.Reconcile {
+		// Reconciled only once the key its handler saw is known (see
+		// handlerKeyOf): a key in doubt is left as it is until then.
+		req.Reconcile = false
+		c, err := x.claimOnce(req)
+		if err != nil {
+			return err
+		}
+		if c.Status != store.ClaimInDoubt {
+			return x.claimed(c, gated)
+		}
+		if _, known := x.handlerKeyOf(c.ExecutionID, gated); !known {
+			return x.claimed(c, gated)
+		}
+		req.Reconcile = true
+	}
 	c, err := x.claimOnce(req)
 	if err != nil {
 		return err
 	}
+	return x.claimed(c, gated)
+}
+
+// claimed answers the store's answer to claim.
+func (x *execution) claimed(c store.Claim, gated bool) *Error {
+	k := x.keyed
 	switch c.Status {
 	case store.ClaimAcquired:
 		k.held, x.idempotencyKey = true, k.key
 		return nil
 	case store.ClaimReconcile:
 		k.held, x.idempotencyKey = true, k.key
-		return x.reconcile(c.ExecutionID)
+		return x.reconcile(c.ExecutionID, gated)
 	case store.ClaimInFlight:
 		return &Error{Code: CodeIdempotencyInFlight, Retryable: true, Message: fmt.Sprintf("execution %s with this %s is still running; call again later", c.ExecutionID, keyName(k))}
 	case store.ClaimKeyReused:
 		return &Error{Code: CodeIdempotencyKeyReused, Message: fmt.Sprintf("this %s was used with another input; send a new key for a new operation", keyName(k))}
 	case store.ClaimInDoubt:
-		return &Error{Code: CodeIdempotencyInDoubt, Message: fmt.Sprintf("execution %s with this %s may have run and left no result; find out whether it did before calling again with a new key", c.ExecutionID, keyName(k))}
+		msg := fmt.Sprintf("execution %s with this %s may have run and left no result; find out whether it did before calling again with a new key", c.ExecutionID, keyName(k))
+		if gated && x.cap.Reconcile != nil {
+			msg = fmt.Sprintf("execution %s with this %s may have run and left no result; to reconcile it, call again with the %s header of the approval it consumed", c.ExecutionID, keyName(k), seam.HeaderApprovalID)
+		}
+		return &Error{Code: CodeIdempotencyInDoubt, Message: msg}
 	case store.ClaimDone:
 		r, err := x.replayOf(c.Result)
 		if err != nil {
@@ -204,6 +234,18 @@ func (x *execution) claim() *Error {
 		return nil
 	}
 	return x.resultUnavailable(fmt.Errorf("the result store answered a claim with %s", c.Status))
+}
+
+// claimLease is how long a claim holds without a result: the longest the
+// execution may run, plus a grace (as for a consumed approval), and, when
+// the call needs an approval and its caller waits for the decision (an
+// MCP bridge's answering round), that wait too: the claim is taken
+// before the gate.
+func (x *execution) claimLease(gated bool) time.Duration {
+	if !gated {
+		return x.cap.lease
+	}
+	return x.cap.lease + max(x.mark().Wait, 0)
 }
 
 func keyName(k *keyed) string {
@@ -263,22 +305,31 @@ func (x *execution) replaying() *replayed {
 // doubt that held the key (prev), now that this execution holds it: done
 // stores and replays its result, not found runs again under the same key,
 // an error leaves the key in doubt.
-func (x *execution) reconcile(prev string) *Error {
+func (x *execution) reconcile(prev string, gated bool) *Error {
 	k := x.keyed
-	found, err := x.callReconcile()
+	key, known := x.handlerKeyOf(prev, gated)
+	if !known { // the approval changed hands since claim looked: rare, and in doubt still
+		x.markInDoubt()
+		k.held = false
+		return &Error{Code: CodeIdempotencyInDoubt, Message: fmt.Sprintf("execution %s with this %s may have run and left no result; to reconcile it, call again with the %s header of the approval it consumed", prev, keyName(k), seam.HeaderApprovalID)}
+	}
+	found, err := x.callReconcile(key)
 	if err != nil {
 		x.markInDoubt()
 		k.held = false
 		return &Error{Code: CodeIdempotencyInDoubt, Message: fmt.Sprintf("execution %s with this %s may have run and left no result, and reconciling it failed", prev, keyName(k)), Cause: err}
 	}
 	if !found.Done {
-		return nil // it did not happen: run, under the same key
+		return x.holdAfresh() // it did not happen: run, under the same key
 	}
 	resp, err := x.reconciledResponse(found.Response)
 	if err != nil {
 		x.markInDoubt()
 		k.held = false
 		return &Error{Code: CodeIdempotencyInDoubt, Message: "reconciling the execution in doubt returned a response the engine cannot store", Cause: err}
+	}
+	if x.overLimit(resp) { // as for a response the handler returned: the envelope alone
+		resp = nil
 	}
 	env := Envelope{ExecutionID: prev, Procedure: x.proc, Status: StatusCompleted}
 	res := x.sealResult(env, false, resp, nil)
@@ -292,14 +343,50 @@ func (x *execution) reconcile(prev string) *Error {
 	return nil
 }
 
-// callReconcile runs the hook; a panic is an error.
-func (x *execution) callReconcile() (r Reconciled, err error) {
+// handlerKeyOf returns the idempotency key the handler of prev, the
+// execution in doubt, saw: the key's own, unless prev consumed an
+// approval, whose derived key its handler saw instead (one approval, one
+// downstream key). That approval is known when this
+// call carries it and its record names prev as its consumer. Otherwise, a
+// call that needs an approval cannot tell which key prev's handler saw:
+// Reconcile is not asked about a key the downstream may never have seen.
+func (x *execution) handlerKeyOf(prev string, gated bool) (string, bool) {
+	if id, approvals := x.call.ApprovalID, x.e.cfg.store; id != "" && approvals != nil && store.ValidApprovalID(id) {
+		if rec, err := approvals.Get(x.ctx, id); err == nil && rec.ConsumedBy == prev && rec.Audience == x.e.cfg.audience {
+			return ids.Derive(idempotencyKeyPrefix, id), true
+		}
+	}
+	return x.keyed.key, !gated
+}
+
+// holdAfresh turns this execution's claim to reconcile into a claim of
+// its own, before it runs: gives the key back and claims it again, so
+// that if it ends in doubt, the key is in doubt about this execution (a
+// reconciler's MarkInDoubt names the execution it reconciled). Another
+// execution that claims the key in between runs instead; this one then
+// answers as a repeat of it.
+func (x *execution) holdAfresh() *Error {
+	k := x.keyed
+	if err := x.e.cfg.results.Release(x.ctx, k.key, x.id); err != nil {
+		return x.resultUnavailable(err) // still held: finish gives it back
+	}
+	k.held = false
+	c, err := x.claimOnce(store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.claimLease(false),
+		WriteLike: x.cap.SideEffect.WriteLike(), Retention: k.retention})
+	if err != nil {
+		return err
+	}
+	return x.claimed(c, false)
+}
+
+// callReconcile runs the hook about key; a panic is an error.
+func (x *execution) callReconcile(key string) (r Reconciled, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r, err = Reconciled{}, fmt.Errorf("agentsafe: Reconcile panicked: %v", p)
 		}
 	}()
-	return x.cap.Reconcile(x.ctx, x.keyed.key)
+	return x.cap.Reconcile(x.ctx, key)
 }
 
 // reconciledResponse turns a Reconcile hook's response into the stored
@@ -414,10 +501,22 @@ func (x *execution) response(v any) []byte {
 		return nil
 	}
 	b, err := x.call.Marshal(v)
-	if err != nil || len(b) > maxStoredResponse {
+	if err != nil || x.overLimit(b) {
 		return nil
 	}
 	return b
+}
+
+// overLimit reports whether a stored response is over the size limit: a
+// message's encoding, or a net/http response's body (its status and
+// headers aside).
+func (x *execution) overLimit(b []byte) bool {
+	if Surface(x.call.Surface) == SurfaceHTTP {
+		if _, _, body, err := replay.DecodeHTTP(b); err == nil {
+			return len(body) > maxStoredResponse
+		}
+	}
+	return len(b) > maxStoredResponse
 }
 
 // The stored form of a result: the envelope in the clear (the store's

@@ -413,6 +413,8 @@ func TestWhatIsStoredReleasedOrInDoubt(t *testing.T) {
 			refunded, middleware.CodeApprovalRequired, 0},
 		{"an audit failure is released", writeCap, []middleware.Option{middleware.WithAuditSink(failingAuditSink{})}, nil,
 			refunded, middleware.CodeAuditUnavailable, 0},
+		{"an audit failure at started releases the claim", writeCap, []middleware.Option{middleware.WithAuditSink(failingAuditSink{at: middleware.EventStarted})}, nil,
+			refunded, middleware.CodeAuditUnavailable, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inBubble(t, func(t *testing.T) {
@@ -441,9 +443,13 @@ func TestWhatIsStoredReleasedOrInDoubt(t *testing.T) {
 	}
 }
 
-type failingAuditSink struct{}
+// failingAuditSink fails to record events of type at, or every event.
+type failingAuditSink struct{ at middleware.EventType }
 
-func (failingAuditSink) Record(context.Context, middleware.Event) error {
+func (s failingAuditSink) Record(_ context.Context, e middleware.Event) error {
+	if s.at != "" && e.Type != s.at {
+		return nil
+	}
 	return errors.New("audit down")
 }
 
@@ -561,6 +567,17 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("done without a response: the envelope without a body: %v %+v", v, env)
 		}
 	})
+	t.Run("a reconciled response over 1 MiB replays the envelope alone", func(t *testing.T) {
+		big := wrapperspb.String(strings.Repeat("x", 1<<20))
+		r, first, _ := inDoubt(t, func(context.Context, string) (middleware.Reconciled, error) {
+			return middleware.Reconciled{Done: true, Response: big}, nil
+		})
+		v, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		if v != "<no body>" || !env.Replayed || env.ExecutionID != first.ExecutionID {
+			t.Errorf("over 1 MiB only the envelope is stored, a reconciled response too: %.20v %+v", v, env)
+		}
+	})
 	t.Run("not found runs again under the same key", func(t *testing.T) {
 		r, first, key := inDoubt(t, func(context.Context, string) (middleware.Reconciled, error) { return middleware.Reconciled{}, nil })
 		v, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
@@ -628,6 +645,19 @@ func TestApprovalsAndKeys(t *testing.T) {
 	if len(keys) != 1 || keys[0] == "" {
 		t.Fatalf("keys %v", keys)
 	}
+	// The key derived from the caller's, as the same call without an
+	// approval sees it: after a consumption the handler sees the
+	// approval-derived key instead.
+	var callerDerived string
+	plain := oneResult(t, writeCap)
+	_, _, _ = plain.call(t.Context(), keyedCall{key: "k"}, func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		callerDerived = x.IdempotencyKey
+		return "refunded", nil
+	})
+	if !strings.HasPrefix(keys[0], "idk_") || keys[0] == callerDerived {
+		t.Errorf("after a consumption the handler's key is the approval-derived one, not %s: %s", callerDerived, keys[0])
+	}
 	consumed := 0
 	for _, e := range r.rec.Events() {
 		if e.Type == middleware.EventApprovalConsumed {
@@ -682,11 +712,14 @@ func TestStoredResponsesAreSealed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(rec.Result.Sealed), "4111") || strings.Contains(string(rec.Result.Envelope), "4111") || rec.Result.KeyID != sealKey.ID {
+	// "4111-1111", not "4111": hex ids, digests and the monotonic clock
+	// reading of an event's Time may hold four digits, never the dash.
+	const marker = "4111-1111"
+	if strings.Contains(string(rec.Result.Sealed), marker) || strings.Contains(string(rec.Result.Envelope), marker) || rec.Result.KeyID != sealKey.ID {
 		t.Errorf("the store must hold the response sealed, with the key's id: %+v", rec.Result)
 	}
 	for _, e := range r.rec.Events() {
-		if strings.Contains(fmt.Sprintf("%+v", e), "4111") {
+		if strings.Contains(fmt.Sprintf("%+v", e), marker) {
 			t.Errorf("a stored response reached an event: %+v", e)
 		}
 	}
@@ -848,4 +881,183 @@ func TestStreamsAreNeverReplayed(t *testing.T) {
 		wantCode(t, env, err, middleware.CodeOK)
 	}
 	r.wantRuns("a stream runs every time", 2)
+}
+
+// TestReconcileIsAskedWithTheKeyTheHandlerSaw: after a consumption the
+// handler's key is the approval-derived one; a repeat of its key in doubt
+// asks Reconcile about that key, the one the downstream knows, and never
+// runs the call again on a "not found" about a key it never saw.
+func TestReconcileIsAskedWithTheKeyTheHandlerSaw(t *testing.T) {
+	for _, resend := range []bool{true, false} {
+		t.Run(fmt.Sprintf("the first repeat carries the approval id: %v", resend), func(t *testing.T) {
+			approvals := approvalstore.NewMemory()
+			var mu sync.Mutex
+			var asked []string
+			r := oneResult(t, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: time.Second, Approval: middleware.Approval{Required: true},
+				Reconcile: func(_ context.Context, key string) (middleware.Reconciled, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					asked = append(asked, key)
+					return middleware.Reconciled{Done: true}, nil
+				}}, middleware.WithApprovalStore(approvals))
+			_, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+			wantCode(t, env, err, middleware.CodeApprovalRequired)
+			id := env.ApprovalID
+			if _, err := r.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: boss}); err != nil {
+				t.Fatal(err)
+			}
+			var seen string
+			_, first, err := r.call(t.Context(), keyedCall{key: "k", approvalID: id}, func(ctx context.Context) (any, error) {
+				x, _ := middleware.ExecutionFromContext(ctx)
+				seen = x.IdempotencyKey
+				return nil, errors.New("the reply was lost")
+			})
+			wantCode(t, first, err, middleware.CodeExecutionFailed)
+			if !resend { // the handler's key is unknown: in doubt, the hook not asked, the record as it was
+				_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+				wantCode(t, env, err, middleware.CodeIdempotencyInDoubt)
+				if !strings.Contains(env.Error.Message, first.ExecutionID) || !strings.Contains(env.Error.Message, "Agentsafe-Approval-Id") {
+					t.Errorf("in doubt, naming the execution in doubt and how to reconcile it: %q", env.Error.Message)
+				}
+				mu.Lock()
+				if len(asked) != 0 {
+					t.Errorf("Reconcile must not be asked about a key the handler may not have seen: %v", asked)
+				}
+				mu.Unlock()
+			}
+			_, env, err = r.call(t.Context(), keyedCall{key: "k", approvalID: id}, refunded)
+			wantCode(t, env, err, middleware.CodeOK)
+			if !env.Replayed || env.ExecutionID != first.ExecutionID {
+				t.Errorf("a reconciled key in doubt replays as the execution in doubt: %+v", env)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) != 1 || asked[0] != seen {
+				t.Errorf("Reconcile must be asked with the key the handler saw, %s: %v", seen, asked)
+			}
+			r.wantRuns("a reconciled call runs once", 1)
+		})
+	}
+}
+
+// TestAFailedReconciliationKeepsTheExecutionInDoubt: a repeat whose
+// Reconcile failed ran nothing; the key stays in doubt about the
+// execution that may have run, which later repeats name and a later
+// reconciliation replays as.
+func TestAFailedReconciliationKeepsTheExecutionInDoubt(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	r := oneResult(t, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: time.Second,
+		Reconcile: func(context.Context, string) (middleware.Reconciled, error) {
+			if fail.Load() {
+				return middleware.Reconciled{}, errors.New("gateway down")
+			}
+			return middleware.Reconciled{Done: true}, nil
+		}})
+	_, first, _ := r.call(t.Context(), keyedCall{key: "k"}, func(context.Context) (any, error) { return nil, errors.New("the reply was lost") })
+	_, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+	wantCode(t, env, err, middleware.CodeIdempotencyInDoubt)
+	_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+	wantCode(t, env, err, middleware.CodeIdempotencyInDoubt)
+	if !strings.Contains(env.Error.Message, first.ExecutionID) {
+		t.Errorf("after a failed reconciliation, a repeat names the execution in doubt, %s: %q", first.ExecutionID, env.Error.Message)
+	}
+	fail.Store(false)
+	_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+	wantCode(t, env, err, middleware.CodeOK)
+	if !env.Replayed || env.ExecutionID != first.ExecutionID {
+		t.Errorf("the reconciled result replays as the execution in doubt's, %s: %+v", first.ExecutionID, env)
+	}
+	r.wantRuns("nothing runs while reconciling", 1)
+}
+
+// TestARunAfterNotFoundIsInDoubtAboutItself: when Reconcile found nothing
+// and the call ran again, under the same key, and failed in doubt too,
+// the key is in doubt about that second run, the one that may have had
+// the effect.
+func TestARunAfterNotFoundIsInDoubtAboutItself(t *testing.T) {
+	r := oneResult(t, middleware.Capability{SideEffect: middleware.SideEffectExternal, Timeout: time.Second,
+		Reconcile: func(context.Context, string) (middleware.Reconciled, error) { return middleware.Reconciled{}, nil }})
+	var key string
+	lost := func(ctx context.Context) (any, error) {
+		x, _ := middleware.ExecutionFromContext(ctx)
+		key = x.IdempotencyKey
+		return nil, errors.New("the reply was lost")
+	}
+	_, first, _ := r.call(t.Context(), keyedCall{key: "k"}, lost)
+	_, second, err := r.call(t.Context(), keyedCall{key: "k"}, lost)
+	wantCode(t, second, err, middleware.CodeExecutionFailed)
+	if second.ExecutionID == first.ExecutionID || second.Attempts != 1 {
+		t.Fatalf("not found: the call runs again: %+v", second)
+	}
+	if rec, err := r.record(key); err != nil || rec.State != store.ResultInDoubt || rec.ExecutionID != second.ExecutionID {
+		t.Errorf("a run after not found is in doubt about itself, %s: %+v (%v)", second.ExecutionID, rec, err)
+	}
+}
+
+// TestAClaimLastsThroughTheApprovalWait: a keyed resume that waits for
+// the decision (an MCP bridge's answering round) holds its key while it
+// waits: a repeat meanwhile is IDEMPOTENCY_IN_FLIGHT, never in doubt
+// about an execution that has not run yet.
+func TestAClaimLastsThroughTheApprovalWait(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		approvals := approvalstore.NewMemory()
+		gated := middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true}}
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRefund, gated), middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
+			middleware.WithActor(actorOf), middleware.WithApprovalStore(approvals), middleware.WithResultStore(resultstore.NewMemory()), middleware.WithResultKey(sealKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &results{t: t, eng: eng}
+		_, env, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, env, err, middleware.CodeApprovalRequired)
+		id := env.ApprovalID
+		done := make(chan middleware.Envelope, 1)
+		go func() {
+			ctx := adapter.WithApprovalMark(t.Context(), procRefund, adapter.ApprovalMark{Wait: 10 * time.Minute})
+			_, env, _ := r.call(ctx, keyedCall{key: "k", approvalID: id}, refunded)
+			done <- env
+		}()
+		time.Sleep(5 * time.Minute) // past the capability's lease, still waiting for the decision
+		synctest.Wait()
+		_, env, err = r.call(t.Context(), keyedCall{key: "k", approvalID: id}, refunded)
+		wantCode(t, env, err, middleware.CodeIdempotencyInFlight)
+		if _, err := eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: boss}); err != nil {
+			t.Fatal(err)
+		}
+		first := <-done
+		wantCode(t, first, nil, middleware.CodeOK)
+		_, env, err = r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		if !env.Replayed || env.ExecutionID != first.ExecutionID {
+			t.Errorf("the waited-for run is stored and replayed: %+v", env)
+		}
+		r.wantRuns("one run", 1)
+	})
+}
+
+// TestResultsAreKeptFor24HoursByDefault: a stored result answers repeats
+// for 24 hours from when it was stored, then the key runs afresh;
+// Defaults.ResultRetention changes it.
+func TestResultsAreKeptFor24HoursByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		opts []middleware.Option
+		keep time.Duration
+	}{
+		{nil, 24 * time.Hour},
+		{[]middleware.Option{middleware.WithDefaults(middleware.Defaults{ResultRetention: time.Hour})}, time.Hour},
+	} {
+		r := oneResult(t, writeCap, tc.opts...)
+		_, first, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
+		wantCode(t, first, err, middleware.CodeOK)
+		r.clock.Advance(tc.keep - time.Second)
+		if _, env, _ := r.call(t.Context(), keyedCall{key: "k"}, refunded); !env.Replayed {
+			t.Errorf("retention %s: a second before its end the result is replayed: %+v", tc.keep, env)
+		}
+		r.clock.Advance(time.Second)
+		if _, env, _ := r.call(t.Context(), keyedCall{key: "k"}, refunded); env.Replayed {
+			t.Errorf("retention %s: once it ended the key runs afresh: %+v", tc.keep, env)
+		}
+		r.wantRuns("one run per retention", 2)
+	}
 }

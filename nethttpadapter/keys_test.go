@@ -164,3 +164,78 @@ func TestAHandlersOwnFailureIsReplayedAsWritten(t *testing.T) {
 		t.Errorf("the handler's own failure is replayed as written: %d %v %s, %d runs", again.status, again.header, again.body, runs.Load())
 	}
 }
+
+// TestTheStoredSizeLimitIsTheBodys: a response is stored with its body up
+// to 1 MiB of body, whatever its headers; over it, and for a reconciled
+// response too, a repeat gets the envelope without a body, never a
+// truncated one.
+func TestTheStoredSizeLimitIsTheBodys(t *testing.T) {
+	const limit = 1 << 20
+	found := func() *http.Response {
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain"}},
+			Body: io.NopCloser(strings.NewReader(strings.Repeat("r", limit+1)))}
+	}
+	reg := middleware.NewRegistry().
+		Register("refund", middleware.Capability{SideEffect: middleware.SideEffectWrite}).
+		Register("reconciled", middleware.Capability{SideEffect: middleware.SideEffectExternal,
+			Reconcile: func(context.Context, string) (middleware.Reconciled, error) {
+				return middleware.Reconciled{Done: true, Response: found()}, nil
+			}})
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)), middleware.WithResultStore(resultstore.NewMemory()),
+		middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: []byte("0123456789abcdef")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte("fail")) {
+			http.Error(w, "the gateway did not answer", http.StatusServiceUnavailable)
+			return
+		}
+		n := limit
+		if bytes.Contains(body, []byte("over")) {
+			n++
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("X-Refund", strings.Repeat("h", 512))
+		io.WriteString(w, strings.Repeat("b", n))
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/refund", nethttpadapter.Wrap(eng, "refund", h))
+	mux.Handle("/reconciled", nethttpadapter.Wrap(eng, "reconciled", h))
+	srv := httptestServer(t, mux)
+
+	first := post(t, srv.URL+"/refund", `{"at":"limit"}`, "at-limit")
+	again := post(t, srv.URL+"/refund", `{"at":"limit"}`, "at-limit")
+	if !again.env.Replayed || len(again.body) != limit || !bytes.Equal(again.body, first.body) || again.header.Get("X-Refund") != first.header.Get("X-Refund") {
+		t.Errorf("a body of exactly 1 MiB is stored and replayed, headers aside: %d bytes, %+v", len(again.body), again.env)
+	}
+	post(t, srv.URL+"/refund", `{"over":1}`, "over")
+	if over := post(t, srv.URL+"/refund", `{"over":1}`, "over"); !over.env.Replayed || len(over.body) != 0 {
+		t.Errorf("a body over 1 MiB is replayed without a body: %d bytes, %+v", len(over.body), over.env)
+	}
+	post(t, srv.URL+"/reconciled", `{"fail":1}`, "reconcile")
+	if r := post(t, srv.URL+"/reconciled", `{"fail":1}`, "reconcile"); !r.env.Replayed || len(r.body) != 0 {
+		t.Errorf("a reconciled response over 1 MiB is replayed without a body, never truncated: %d bytes, %+v", len(r.body), r.env)
+	}
+}
+
+// TestAnEmptyKeyHeaderIsMalformed: an Idempotency-Key header that is
+// there but empty is 400 INVALID_ARGUMENT naming it, never a call without
+// a key; nothing runs.
+func TestAnEmptyKeyHeaderIsMalformed(t *testing.T) {
+	var runs atomic.Int32
+	eng := newEngine(t, middleware.Capability{SideEffect: middleware.SideEffectWrite}, middleware.WithLogger(slog.New(slog.DiscardHandler)), middleware.WithResultStore(resultstore.NewMemory()),
+		middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: []byte("0123456789abcdef")}))
+	srv := httptestServer(t, nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })))
+	for _, key := range []string{"", " "} {
+		a := post(t, srv.URL, `{}`, key)
+		wantRefusal(t, a, http.StatusBadRequest, middleware.CodeInvalidArgument)
+		if a.env.Error != nil && !strings.Contains(a.env.Error.Message, "Idempotency-Key") {
+			t.Errorf("%q: the refusal names the header: %q", key, a.env.Error.Message)
+		}
+	}
+	if runs.Load() != 0 {
+		t.Errorf("a malformed key runs nothing: %d runs", runs.Load())
+	}
+}

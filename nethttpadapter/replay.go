@@ -11,9 +11,9 @@ import (
 )
 
 // callerKey is the caller's Idempotency-Key header, every value of it:
-// more than one is malformed, which the engine reports.
+// more than one, or an empty one, is malformed, which the engine reports.
 func callerKey(r *http.Request) string {
-	return strings.Join(r.Header.Values(adapter.HeaderIdempotencyKey), ", ")
+	return adapter.CallerKey(r.Header.Values(adapter.HeaderIdempotencyKey))
 }
 
 // replayCodec stores a finalized attempt's response, for a repeat with

@@ -124,6 +124,9 @@ func (m *Memory) MarkInDoubt(_ context.Context, key, executionID string) error {
 	case !ok:
 		return store.ErrNotHeld
 	case r.State == store.ResultInFlight: // its lease over or not
+		if r.ReconcileOf != "" { // a reconciler that could not tell: in doubt about the one it reconciled
+			r.ExecutionID = r.ReconcileOf
+		}
 		settle(r, store.ResultInDoubt, now)
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/agentsafe/agentsafe/internal/protoreplay"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -14,9 +13,9 @@ import (
 )
 
 // callerKey is the caller's Idempotency-Key header, every value of it:
-// more than one is malformed, which the engine reports.
+// more than one, or an empty one, is malformed, which the engine reports.
 func callerKey(h http.Header) string {
-	return strings.Join(h.Values(adapter.HeaderIdempotencyKey), ", ")
+	return adapter.CallerKey(h.Values(adapter.HeaderIdempotencyKey))
 }
 
 // replayCodec stores a call's response as its message's binary encoding,

@@ -167,7 +167,10 @@ BEGIN
 			key_id = p_key_id, late = p_late
 		WHERE key = p_key;
 	ELSE
-		UPDATE agentsafe.results SET state = 'in_doubt', done_at = t, expires_at = t + retention, reconcile_of = ''
+		-- A reconciler that could not tell leaves the key in doubt about the
+		-- execution it reconciled, which may have run; it ran nothing.
+		UPDATE agentsafe.results SET state = 'in_doubt', done_at = t, expires_at = t + retention, reconcile_of = '',
+			execution_id = CASE WHEN r.reconcile_of <> '' THEN r.reconcile_of ELSE r.execution_id END
 		WHERE key = p_key;
 	END IF;
 	RETURN 'settled';

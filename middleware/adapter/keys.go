@@ -91,3 +91,21 @@ func QuoteKey(key string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// CallerKey returns what [Call].IdempotencyKey is for a call whose
+// incoming Idempotency-Key has values (every field line of it, in order):
+// "" when it has none, so the call has no caller key; else the values
+// joined, so that more than one is malformed, and an empty one too, as
+// for the engine a key has 1 to 255 characters: both are refused with
+// INVALID_ARGUMENT naming the header, never taken for no key.
+func CallerKey(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	for _, v := range values {
+		if strings.Trim(v, " \t") == "" {
+			return `""` // there but empty: an empty sf-string, which the engine refuses
+		}
+	}
+	return strings.Join(values, ", ")
+}

@@ -180,3 +180,23 @@ func TestQuoteKeyIsAnSFString(t *testing.T) {
 		}
 	}
 }
+
+func TestCallerKeyTellsAnEmptyKeyFromNone(t *testing.T) {
+	for _, tc := range []struct {
+		values []string
+		want   string
+	}{
+		{nil, ""},
+		{[]string{"k"}, "k"},
+		{[]string{`"k"`}, `"k"`},
+		{[]string{"a", "b"}, "a, b"},
+		{[]string{""}, `""`},
+		{[]string{" "}, `""`},
+		{[]string{"", ""}, `""`},
+		{[]string{"a", ""}, `""`}, // never the bare token "a,"
+	} {
+		if got := adapter.CallerKey(tc.values); got != tc.want {
+			t.Errorf("CallerKey(%q) = %q, want %q: an empty key is malformed, not absent", tc.values, got, tc.want)
+		}
+	}
+}

@@ -80,8 +80,13 @@ type ResultStore interface {
 	// MarkInDoubt records that the execution holding key may have had an
 	// effect and has no result to store: a record held by executionID in
 	// flight (its lease over or not) turns in doubt, and its retention
-	// starts now. A record held by executionID that is in doubt already,
-	// or done, is left as it is (nil); anything else is [ErrNotHeld].
+	// starts now. A record claimed to reconcile (ReconcileOf set) turns in
+	// doubt about ReconcileOf, the execution that may have run: its
+	// ExecutionID is ReconcileOf again, so that execution's late result
+	// may still replace in doubt, and a repeat of the reconciler's
+	// MarkInDoubt is [ErrNotHeld]. A record held by executionID that is
+	// in doubt already, or done, is left as it is (nil); anything else is
+	// [ErrNotHeld].
 	MarkInDoubt(ctx context.Context, key, executionID string) error
 	// Get returns the record of key as of the store's clock (a write-like
 	// claim past its lease reads as [ResultInDoubt]), or

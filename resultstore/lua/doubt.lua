@@ -3,7 +3,7 @@
 -- KEYS[1] the record. ARGV[2] execution id.
 -- Replies {'ok'}, also when the holder's record is in doubt already or
 -- done, or {'not_held'}.
-local r = read('state', 'expires_at', 'lease_until', 'exec', 'retention')
+local r = read('state', 'expires_at', 'lease_until', 'exec', 'retention', 'reconcile_of')
 local now = now_us()
 local s = state(r, now)
 if not s or r.exec ~= ARGV[2] then
@@ -11,7 +11,13 @@ if not s or r.exec ~= ARGV[2] then
 end
 if r.state == 'in_flight' then -- its lease over or not
   local expires = now + tonumber(r.retention)
-  redis.call('HSET', KEYS[1], 'state', 'in_doubt', 'reconcile_of', '', 'done_at', int(now), 'expires_at', int(expires))
+  -- A reconciler that could not tell leaves the key in doubt about the
+  -- execution it reconciled, which may have run; it ran nothing.
+  local exec = r.exec
+  if r.reconcile_of and r.reconcile_of ~= '' then
+    exec = r.reconcile_of
+  end
+  redis.call('HSET', KEYS[1], 'state', 'in_doubt', 'exec', exec, 'reconcile_of', '', 'done_at', int(now), 'expires_at', int(expires))
   expire(expires, now)
 end
 return {'ok'}
