@@ -23,7 +23,9 @@
 // middleware.WithPolicy (and "approval-condition" for
 // WithApprovalCondition), which the command cannot see in code.
 //
-// check reads two inventories and classifies every difference:
+// check reads two inventories, validates each as middleware.New validates
+// a registry (fields left out take their defaults), and classifies every
+// difference:
 //
 //   - widening: a new write-like capability (or one that became
 //     write-like), a removed approval or a lower quorum, an added retry, a

@@ -142,8 +142,10 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			want: []string{"widening " + cancelOrder + " approval no longer required"}},
 		{name: "a lower quorum", old: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Quorum = 2 },
 			want: []string{"widening " + cancelOrder + " approval quorum 2 → 1"}},
-		{name: "an added retry", new: func(inv *registryJSON) { capability(inv, "NotifyCustomer").Retry.MaxRetries = 1 },
-			want: []string{"widening /orders.v1.OrderService/NotifyCustomer retries 0 → 1"}},
+		{name: "an added retry", new: func(inv *registryJSON) {
+			c := capability(inv, "NotifyCustomer")
+			c.Retry.MaxRetries, c.Idempotent = 1, true // a write retries only when idempotent
+		}, want: []string{"widening /orders.v1.OrderService/NotifyCustomer retries 0 → 1", `neutral /orders.v1.OrderService/NotifyCustomer idempotent "false" → "true"`}},
 		{name: "a longer timeout", new: func(inv *registryJSON) { capability(inv, "GetOrder").Timeout = "1m0s" },
 			want: []string{"widening /orders.v1.OrderService/GetOrder timeout 2s → 1m0s"}},
 		{name: "a new exposure", new: func(inv *registryJSON) {
@@ -239,18 +241,23 @@ func TestExitCodes(t *testing.T) {
 	narrowed := base(t)
 	capability(&narrowed, "RefundOrder").Approval.Required = true
 	var (
-		wider    = writeJSON(t, widened)
-		narrower = writeJSON(t, narrowed)
-		missing  = filepath.Join(dir, "missing.json")
-		notJSON  = file("not.json", "{")
-		v2       = file("v2.json", `{"version": 2, "policies": [], "capabilities": []}`)
-		typo     = file("typo.json", `{"version": 1, "polices": [], "capabilities": []}`)
-		twice    = file("twice.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}, {"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
-		badTime  = file("badtime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "soon"}]}`)
-		okTime   = file("oktime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
-		wrote    = file("wrote.json", `{"capabilities": [{"procedure": "POST /refunds", "sideEffect": "wrote"}]}`)
-		misspelt = file("misspelt.json", `{"capabilities": [{"procedure": "/orders.v1.OrderService/RefundOrdr", "sideEffect": "write"}]}`)
-		route    = file("route.json", `{"policies": ["limits"], "capabilities": [{"procedure": "POST /refunds", "sideEffect": "write", "exposure": ["http", "mcp"]}]}`)
+		wider       = writeJSON(t, widened)
+		narrower    = writeJSON(t, narrowed)
+		missing     = filepath.Join(dir, "missing.json")
+		notJSON     = file("not.json", "{")
+		v2          = file("v2.json", `{"version": 2, "policies": [], "capabilities": []}`)
+		typo        = file("typo.json", `{"version": 1, "polices": [], "capabilities": []}`)
+		twice       = file("twice.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}, {"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
+		badTime     = file("badtime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "soon"}]}`)
+		okTime      = file("oktime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
+		wrote       = file("wrote.json", `{"capabilities": [{"procedure": "POST /refunds", "sideEffect": "wrote"}]}`)
+		misspelt    = file("misspelt.json", `{"capabilities": [{"procedure": "/orders.v1.OrderService/RefundOrdr", "sideEffect": "write"}]}`)
+		readRoute   = file("read.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "read", "timeout": "1s"}]}`)
+		wroteInv    = file("wrote-inv.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "Write", "timeout": "1s"}]}`)
+		upperMCP    = file("upper.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "read", "timeout": "1s", "exposure": ["MCP"]}]}`)
+		unsafeRetry = file("retry.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "write", "timeout": "1s", "retry": {"maxRetries": 1}}]}`)
+		negative    = file("negative.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "read", "timeout": "-1s"}]}`)
+		route       = file("route.json", `{"policies": ["limits"], "capabilities": [{"procedure": "POST /refunds", "sideEffect": "write", "exposure": ["http", "mcp"]}]}`)
 	)
 	for _, tc := range []struct {
 		name string
@@ -268,6 +275,10 @@ func TestExitCodes(t *testing.T) {
 		{"check: an unknown field", []string{"check", typo, exampleInventory}, exitUsage},
 		{"check: a procedure listed twice", []string{"check", twice, exampleInventory}, exitUsage},
 		{"check: a duration that is none", []string{"check", okTime, badTime}, exitUsage},
+		{"check: a misspelt side effect", []string{"check", readRoute, wroteInv}, exitUsage},
+		{"check: a misspelt exposure", []string{"check", readRoute, upperMCP}, exitUsage},
+		{"check: a retried write that is not idempotent", []string{"check", unsafeRetry, unsafeRetry}, exitUsage},
+		{"check: a negative timeout", []string{"check", negative, readRoute}, exitUsage},
 		{"check: the same inventory", []string{"check", exampleInventory, exampleInventory}, exitOK},
 		{"check: narrowing only", []string{"check", exampleInventory, narrower}, exitOK},
 		{"check: widening", []string{"check", exampleInventory, wider}, exitWidening},
@@ -289,5 +300,17 @@ func TestExitCodes(t *testing.T) {
 				t.Error("a usage or input error says what is wrong")
 			}
 		})
+	}
+}
+
+// TestCheckResolvesTheDefaultsOfAHandWrittenInventory: a field left out
+// means its default, as in a registry file, so it is no change at all.
+func TestCheckResolvesTheDefaultsOfAHandWrittenInventory(t *testing.T) {
+	cur := base(t)
+	c := capability(&cur, "CancelOrder")
+	c.Approval.Quorum, c.Approval.ExpiresIn, c.Retry.Backoff, c.Dedup = 0, "", "", ""
+	code, out, errOut := agentsafe("check", exampleInventory, writeJSON(t, cur))
+	if code != exitOK || out != "0 widening, 0 narrowing, 0 neutral\n" {
+		t.Errorf("exit %d (%s), output:\n%s", code, errOut, out)
 	}
 }
