@@ -138,7 +138,13 @@ func compare(old, cur registryJSON) ([]change, error) {
 		}
 	}
 	for _, c := range old.Capabilities {
-		if _, ok := after[c.Procedure]; !ok {
+		switch _, ok := after[c.Procedure]; {
+		case ok:
+		case c.Approval.Required:
+			// The inventory cannot tell a deleted method from one whose
+			// declaration was dropped; the latter runs unapproved.
+			add(widening, c.Procedure, "capability removed, and its approval with it: if the method is still served, it runs ungoverned")
+		default:
 			add(narrowing, c.Procedure, "capability removed")
 		}
 	}

@@ -152,6 +152,9 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			c := capability(inv, "CancelOrder")
 			c.Exposure = append(c.Exposure, "mcp")
 		}, want: []string{"widening " + cancelOrder + " exposed on mcp"}},
+		{name: "a removed capability that required approval", new: func(inv *registryJSON) {
+			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == cancelOrder })
+		}, want: []string{"widening " + cancelOrder + " capability removed, and its approval with it: if the method is still served, it runs ungoverned"}},
 		{name: "a removed policy", new: func(inv *registryJSON) { inv.Policies = []string{"approval-condition"} },
 			want: []string{`widening - policy "refund-limit" removed`}},
 		{name: "narrowing: an added approval and a higher quorum", new: func(inv *registryJSON) {
@@ -164,10 +167,10 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 		}, want: []string{"narrowing /orders.v1.OrderService/GetOrder timeout 2s → 1s", "narrowing /orders.v1.OrderService/GetOrder retries 2 → 0"}},
 		{name: "narrowing: an exposure, a capability and a policy", new: func(inv *registryJSON) {
 			capability(inv, "ExportReport").Exposure = []string{"rpc", "http"}
-			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == cancelOrder })
+			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == "/orders.v1.OrderService/NotifyCustomer" })
 			inv.Policies = append(inv.Policies, "business-hours")
-		}, want: []string{`narrowing - policy "business-hours" added`, "narrowing " + cancelOrder + " capability removed",
-			"narrowing /orders.v1.OrderService/ExportReport no longer exposed on mcp"}},
+		}, want: []string{`narrowing - policy "business-hours" added`,
+			"narrowing /orders.v1.OrderService/ExportReport no longer exposed on mcp", "narrowing /orders.v1.OrderService/NotifyCustomer capability removed"}},
 		{name: "neutral: a description, a risk, a tool name, a new read", new: func(inv *registryJSON) {
 			c := capability(inv, "GetOrder")
 			c.Description, c.Risk, c.ToolName = "Find an order.", "medium", "find_order"
