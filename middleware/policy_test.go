@@ -422,3 +422,29 @@ func BenchmarkPolicies(b *testing.B) {
 		})
 	}
 }
+
+// TestAnExposureIsReadOnceAndNoReaderChangesIt: the registry is read once,
+// and neither the slice registered nor the one a policy or Capabilities
+// sees can change where a capability is served.
+func TestAnExposureIsReadOnceAndNoReaderChangesIt(t *testing.T) {
+	exposure := []middleware.Surface{middleware.SurfaceRPC}
+	meddling := policy{"meddling", func(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		if len(in.Capability.Exposure) > 0 {
+			in.Capability.Exposure[0] = middleware.SurfaceHTTP
+		}
+		return middleware.Allow(), nil
+	}}
+	f, _ := policied(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Exposure: exposure}, meddling)
+	exposure[0] = middleware.SurfaceHTTP // after New: no effect
+	for _, c := range f.eng.Capabilities() {
+		c.Exposure[0] = middleware.SurfaceHTTP
+	}
+	for range 2 { // the policy meddles on the first call
+		if _, err, runs := runRefund(f, middleware.SurfaceRPC, refund); err != nil || runs != 1 {
+			t.Fatalf("a call on rpc: err %v, runs %d", err, runs)
+		}
+	}
+	if _, err, _ := runRefund(f, middleware.SurfaceHTTP, refund); !adapter.Hidden(err) {
+		t.Fatalf("a call on http, where the capability was never exposed: err %v", err)
+	}
+}
