@@ -448,3 +448,18 @@ func TestAnExposureIsReadOnceAndNoReaderChangesIt(t *testing.T) {
 		t.Fatalf("a call on http, where the capability was never exposed: err %v", err)
 	}
 }
+
+// TestAStreamOnAnUnexposedSurfaceIsHiddenBeforeAnyRefusal: a stream the
+// engine could not know streams, gated, refused on a surface it is not
+// served on would tell the procedure exists.
+func TestAStreamOnAnUnexposedSurfaceIsHiddenBeforeAnyRefusal(t *testing.T) {
+	mcpOnly := plainWriteGate
+	mcpOnly.Exposure = []middleware.Surface{middleware.SurfaceMCP}
+	f, st := policied(t, mcpOnly)
+	ran := false
+	_, err := adapter.ExecuteStream(as(t.Context(), agent), adapter.Resolve(f.eng, procRefund), adapter.Call[struct{}]{Surface: middleware.SurfaceRPC},
+		func(context.Context) error { ran = true; return nil })
+	if !adapter.Hidden(err) || ran || st.calls.Load() != 0 {
+		t.Fatalf("err %v, ran %t, store calls %d: an unexposed stream looks absent", err, ran, st.calls.Load())
+	}
+}
