@@ -317,3 +317,21 @@ func TestCheckResolvesTheDefaultsOfAHandWrittenInventory(t *testing.T) {
 		t.Errorf("exit %d (%s), output:\n%s", code, errOut, out)
 	}
 }
+
+// TestAnInventoryIsARegistryFile: the file an application's engine writes
+// (Engine.WriteSnapshot) merges over descriptor sets, or stands alone, and
+// reproduces itself.
+func TestAnInventoryIsARegistryFile(t *testing.T) {
+	want, err := os.ReadFile(exampleInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"snapshot", "--descriptors", "testdata/orders.binpb", "--registry", exampleInventory},
+		{"snapshot", "--registry", exampleInventory},
+	} {
+		if code, out, errOut := agentsafe(args...); code != exitOK || out != string(want) {
+			t.Errorf("agentsafe %s: exit %d (%s), inventory:\n%s", strings.Join(args, " "), code, errOut, out)
+		}
+	}
+}
