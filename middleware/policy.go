@@ -124,7 +124,8 @@ func (d PolicyDecision) String() string {
 // the order added. They compose with the precedence hide > deny >
 // require_approval > allow, whatever their order: one hide hides (the
 // policies after it are not asked), otherwise an error or a panic of any
-// fails the call closed with POLICY_UNAVAILABLE, otherwise one deny
+// fails the call closed with POLICY_UNAVAILABLE (CANCELLED when it failed
+// with the context's error because the caller left), otherwise one deny
 // denies, and every policy requiring approval adds its reason to the
 // approval record. By default there are none. Nil is ignored; an empty or
 // repeated name fails [New].
@@ -216,6 +217,8 @@ func (x *execution) decide() ([]string, *Error) {
 	switch {
 	case x.inputRead && x.bindErr != nil: // a policy asked for an input that does not bind
 		return nil, x.unbound(x.bindErr)
+	case failed != nil && x.ctx.Err() != nil && (errors.Is(failed, context.Canceled) || errors.Is(failed, context.DeadlineExceeded)):
+		return nil, x.cancelled() // the caller left: not the policy's failure
 	case failed != nil:
 		return nil, &Error{Code: CodePolicyUnavailable, Message: "a policy could not decide on the call; nothing ran", Retryable: true, Cause: failed}
 	case denied != nil:

@@ -463,3 +463,24 @@ func TestAStreamOnAnUnexposedSurfaceIsHiddenBeforeAnyRefusal(t *testing.T) {
 		t.Fatalf("err %v, ran %t, store calls %d: an unexposed stream looks absent", err, ran, st.calls.Load())
 	}
 }
+
+// TestACallerWhoLeftWhileAPolicyDecidedIsCancelled: a policy that fails
+// because the caller's context ended did not fail the engine: the caller
+// left, and re-invoking is theirs to decide.
+func TestACallerWhoLeftWhileAPolicyDecidedIsCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(as(t.Context(), agent))
+	defer cancel()
+	leaving := policy{"remote-check", func(ctx context.Context, _ middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		cancel() // the caller leaves while the policy asks its service
+		<-ctx.Done()
+		return middleware.Allow(), ctx.Err()
+	}}
+	f, _ := policied(t, plainWrite, leaving)
+	runs := 0
+	_, env, err := adapter.Execute(ctx, adapter.Resolve(f.eng, procRefund), adapter.Call[any]{Input: refund, Surface: middleware.SurfaceRPC},
+		func(context.Context) (any, error) { runs++; return nil, nil })
+	wantCode(t, env, err, middleware.CodeCancelled)
+	if runs != 0 || f.final(env.ExecutionID).Type != middleware.EventCancelled {
+		t.Fatalf("runs %d, final event %+v", runs, f.final(env.ExecutionID))
+	}
+}
