@@ -484,3 +484,27 @@ func TestACallerWhoLeftWhileAPolicyDecidedIsCancelled(t *testing.T) {
 		t.Fatalf("runs %d, final event %+v", runs, f.final(env.ExecutionID))
 	}
 }
+
+// TestAHiddenCallIsNeverAReplay: a caller key whose result is stored does
+// not tell a procedure a policy now hides from its caller: the policy is
+// asked before the result store.
+func TestAHiddenCallIsNeverAReplay(t *testing.T) {
+	var hiding atomic.Bool
+	p := policy{"later-hidden", func(context.Context, middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		if hiding.Load() {
+			return middleware.Hide(), nil
+		}
+		return middleware.Allow(), nil
+	}}
+	r := oneResult(t, writeCap, middleware.WithPolicy(p))
+	c := keyedCall{key: "order-42-refund"}
+	if _, _, err := r.call(t.Context(), c, refunded); err != nil {
+		t.Fatal(err)
+	}
+	hiding.Store(true)
+	v, env, err := r.call(t.Context(), c, refunded)
+	if !adapter.Hidden(err) || v != nil || env.Replayed {
+		t.Fatalf("a repeat of a stored key, now hidden: %v, %v, %+v", v, err, env)
+	}
+	r.wantRuns("a hidden call is never a replay", 1)
+}
