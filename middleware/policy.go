@@ -236,6 +236,27 @@ func (x *execution) decide() ([]string, *Error) {
 	return reasons, nil
 }
 
+// hiddenByPolicy is the answer to a call refused before the pipeline (its
+// body could not be read, say) that a policy hides from its caller: no
+// refusal may tell it apart from a procedure that does not exist. The
+// policies are asked without input; only a hide counts, and a policy
+// that cannot decide leaves the refusal as it was.
+func (x *execution) hiddenByPolicy() *Error {
+	if x.actorErr != nil {
+		return nil
+	}
+	in := x.policyInput(false)
+	for _, np := range x.e.cfg.policies {
+		if _, cond := np.p.(condition); cond {
+			continue // it only gates calls
+		}
+		if d, err := ask(x.ctx, np, in); err == nil && d.verdict == verdictHide {
+			return hidden(fmt.Sprintf("hidden by policy %q", np.name))
+		}
+	}
+	return nil
+}
+
 // ask runs one policy; a panic in it is its error.
 func ask(ctx context.Context, np namedPolicy, in PolicyInput) (d PolicyDecision, err error) {
 	defer func() {
