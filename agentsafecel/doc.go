@@ -28,6 +28,9 @@
 //
 // # Decisions
 //
+// A rule that names a key actor or capability does not have (actor.knd)
+// fails [New], like one that does not compile.
+//
 // Every rule whose When holds contributes its Then, and the strongest wins,
 // as between policies: hide > deny > require approval > allow. Rules are
 // evaluated in order until one hides. The first matching denial gives the

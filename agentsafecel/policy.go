@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 )
 
 // Rule is one decision and the CEL expression that says when it applies.
@@ -58,6 +62,10 @@ func New(name string, rules ...Rule) (middleware.Policy, error) {
 		prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.InterruptCheckFrequency(100))
 		if err != nil {
 			problems = append(problems, fmt.Errorf("agentsafecel: %s rule %d %q: %w", name, i, r.When, err))
+			continue
+		}
+		if typos := unknownKeys(ast.NativeRep().Expr()); len(typos) > 0 {
+			problems = append(problems, fmt.Errorf("agentsafecel: %s rule %d %q: no such key %s", name, i, r.When, strings.Join(typos, ", ")))
 			continue
 		}
 		readsInput := false
@@ -116,7 +124,7 @@ func (p *policy) Name() string { return p.name }
 // Decide evaluates the rules in order and composes what matched.
 func (p *policy) Decide(ctx context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
 	vars := map[string]any{
-		"actor":      map[string]any{"id": in.Actor.ID, "tenant": in.Actor.Tenant, "kind": in.Actor.Kind, "onBehalfOf": onBehalfOf(in.Actor)},
+		"actor":      actor(in.Actor),
 		"procedure":  in.Procedure,
 		"capability": capability(in.Capability),
 		"surface":    in.Surface.String(),
@@ -177,6 +185,50 @@ func input(in middleware.PolicyInput) (any, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// keys are the keys of the variables whose keys are fixed: a rule naming
+// another is a typo, which would fail every call it judges.
+var keys = map[string][]string{
+	"actor":      slices.Sorted(maps.Keys(actor(middleware.Actor{}))),
+	"capability": slices.Sorted(maps.Keys(capability(middleware.Capability{}))),
+}
+
+// unknownKeys lists what e selects of actor or capability (actor.x,
+// has(actor.x), or actor["x"]) that they do not have.
+func unknownKeys(e celast.Expr) []string {
+	var bad []string
+	celast.PreOrderVisit(e, celast.NewExprVisitor(func(e celast.Expr) {
+		var variable celast.Expr
+		var key string
+		switch e.Kind() {
+		case celast.SelectKind:
+			variable, key = e.AsSelect().Operand(), e.AsSelect().FieldName()
+		case celast.CallKind:
+			c := e.AsCall()
+			if c.FunctionName() != operators.Index || len(c.Args()) != 2 || c.Args()[1].Kind() != celast.LiteralKind {
+				return
+			}
+			k, ok := c.Args()[1].AsLiteral().Value().(string)
+			if !ok {
+				return
+			}
+			variable, key = c.Args()[0], k
+		default:
+			return
+		}
+		if variable.Kind() != celast.IdentKind {
+			return
+		}
+		if known, fixed := keys[variable.AsIdent()]; fixed && !slices.Contains(known, key) {
+			bad = append(bad, variable.AsIdent()+"."+key)
+		}
+	}))
+	return bad
+}
+
+func actor(a middleware.Actor) map[string]any {
+	return map[string]any{"id": a.ID, "tenant": a.Tenant, "kind": a.Kind, "onBehalfOf": onBehalfOf(a)}
 }
 
 func onBehalfOf(a middleware.Actor) []any {

@@ -173,3 +173,24 @@ func TestNewReportsEveryBadRule(t *testing.T) {
 		t.Errorf("a valid rule was reported: %v", err)
 	}
 }
+
+// TestAMisspeltKeyOfActorOrCapabilityFailsNew: their keys are fixed, so a
+// typo is found when the policy is built, not at every call it would fail.
+func TestAMisspeltKeyOfActorOrCapabilityFailsNew(t *testing.T) {
+	_, err := agentsafecel.New("typos",
+		agentsafecel.Rule{When: `actor.knd == "agent"`, Then: middleware.Hide()},
+		agentsafecel.Rule{When: `capability["sideEfect"] == "write"`, Then: middleware.Deny("no")},
+		agentsafecel.Rule{When: `has(capability.writeLike) && capability.writeLike && actor.onBehalfOf.size() > 0 && actor["tenant"] == "acme"`, Then: middleware.Hide()},
+	)
+	if err == nil {
+		t.Fatal("New accepted misspelt keys")
+	}
+	for _, want := range []string{"rule 0", "actor.knd", "rule 1", "capability.sideEfect"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not name %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "rule 2") {
+		t.Errorf("a valid rule was reported: %v", err)
+	}
+}

@@ -111,3 +111,39 @@ func TestPendingApprovalOfACallThatAskedForNone(t *testing.T) {
 		}
 	})
 }
+
+// TestTheApprovalProbeFindsAPendingApprovalByTheResumingCall: under a
+// quorum each Approve is one vote, and a resume that found the approval
+// still pending names it too.
+func TestTheApprovalProbeFindsAPendingApprovalByTheResumingCall(t *testing.T) {
+	agentsafetest.Test(t, func(t *testing.T) {
+		reg := middleware.NewRegistry().Register(refund, middleware.Capability{
+			SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, Quorum: 2}})
+		eng := agentsafetest.NewEngine(t, reg, middleware.WithProtoFiles(nil),
+			middleware.WithActor(func(context.Context) (middleware.Actor, error) { return agent, nil }))
+		runs := 0
+		first, _ := call(eng, t.Context(), "", &runs)
+		approval, err := eng.PendingApproval(t.Context(), first.ExecutionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := approval.Approve(t.Context(), manager); err != nil || rec.Status != store.ApprovalPending {
+			t.Fatalf("one vote of two: %v, %s", err, rec.Status)
+		}
+		resumed, err := call(eng, t.Context(), first.ApprovalID, &runs)
+		if middleware.CodeOf(err) != middleware.CodeApprovalPending || runs != 0 {
+			t.Fatalf("resume after one vote of two: %v, %d runs", err, runs)
+		}
+		again, err := eng.PendingApproval(t.Context(), resumed.ExecutionID)
+		if err != nil || again.Record.ID != first.ApprovalID {
+			t.Fatalf("the resuming call's pending approval: %+v, %v", again, err)
+		}
+		second := middleware.Actor{ID: "manager-carol", Tenant: "shop", Kind: "user"}
+		if rec, err := again.Approve(t.Context(), second); err != nil || rec.Status != store.ApprovalApproved {
+			t.Fatalf("the second vote: %v, %s", err, rec.Status)
+		}
+		if _, err := call(eng, t.Context(), first.ApprovalID, &runs); err != nil || runs != 1 {
+			t.Fatalf("resume after the quorum: %v, %d runs", err, runs)
+		}
+	})
+}

@@ -29,6 +29,15 @@ type Unhandled interface {
 	CallUnhandled(ctx context.Context, f Fixture, req Request) Result
 }
 
+// Surfaced is implemented by harnesses that know the surface their
+// adapter's calls come in on: rpc for Connect, gRPC, gRPC-Web and Twirp,
+// http for net/http routes, mcp for the MCP bridge's calls. The suite then
+// checks that the adapter says exactly that; without it, any valid
+// surface passes.
+type Surfaced interface {
+	Surface() middleware.Surface
+}
+
 // everywhere is the exposure the suite's fixtures have: every surface, so
 // that every harness reaches them (MCP is opt-in).
 var everywhere = []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceHTTP, middleware.SurfaceMCP}
@@ -223,6 +232,10 @@ var policyRules = []adapterRule{
 		defer seen.mu.Unlock()
 		if len(seen.surface) == 0 || !validSurface(seen.surface[0]) {
 			s.Errorf("%s: the policy saw surfaces %v", rule, seen.surface)
+			return
+		}
+		if h, ok := s.h.(Surfaced); ok && seen.surface[0] != h.Surface() {
+			s.Errorf("%s: the call came in on %s, want %s", rule, seen.surface[0], h.Surface())
 		}
 	}},
 	{name: "Exposure/a call on a surface the capability is not exposed on is hidden", check: func(s *suite) {

@@ -191,3 +191,6 @@ func (c conformanceClient) Stream(ctx context.Context, req conformance.Request) 
 	}
 	return msgs, conformance.Result{Envelope: env, Header: h, Response: &conformance.Response{}}
 }
+
+// Surface: Connect, gRPC and gRPC-Web calls come in on rpc.
+func (conformanceHarness) Surface() middleware.Surface { return middleware.SurfaceRPC }

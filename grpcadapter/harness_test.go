@@ -201,3 +201,6 @@ func result(header, trailer metadata.MD, resp *testv1.Response, err error) confo
 	}
 	return r
 }
+
+// Surface: gRPC calls come in on rpc.
+func (harness) Surface() middleware.Surface { return middleware.SurfaceRPC }

@@ -73,6 +73,9 @@ func (t *tool) invoke(ctx context.Context, req *mcp.CallToolRequest, args json.R
 	}
 	header, err := t.b.cfg.headers(ctx, req)
 	if err != nil {
+		if t.hiddenAtListing(ctx) { // a refusal only a tool that exists gives
+			return nil, errHidden, nil
+		}
 		return nil, nil, refusal(middleware.CodeUnauthenticated, "the caller could not be authenticated")
 	}
 	creq := connect.NewRequest(msg)

@@ -241,3 +241,6 @@ func toolStatus(text string) (*conformance.Status, bool) {
 	}
 	return st, false
 }
+
+// Surface: The bridge's calls come in on mcp, whatever adapter serves them.
+func (harness) Surface() middleware.Surface { return middleware.SurfaceMCP }

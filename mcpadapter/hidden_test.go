@@ -3,6 +3,7 @@ package mcpadapter_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sync"
@@ -164,5 +165,24 @@ func TestAToolAlwaysGatedSaysByWhom(t *testing.T) {
 		if want := map[string]any{"gated": "manager"}[tool.Name]; tool.Meta["agentsafe/approvalType"] != want {
 			t.Errorf("%s: agentsafe/approvalType %v, want %v", tool.Name, tool.Meta["agentsafe/approvalType"], want)
 		}
+	}
+}
+
+// TestAHiddenToolIsUnknownEvenWhenItsCredentialsFail: the header function
+// failing is a refusal only a tool that exists can give.
+func TestAHiddenToolIsUnknownEvenWhenItsCredentialsFail(t *testing.T) {
+	p := &hideWrites{}
+	noCredentials := mcpadapter.WithHeaders(func(context.Context, *mcp.CallToolRequest) (http.Header, error) {
+		return nil, errors.New("the token expired")
+	})
+	f := newFixture(t, fixtureConfig{engineOpts: []middleware.Option{middleware.WithPolicy(p)}, bridgeOpts: []mcpadapter.Option{noCredentials}})
+	cs := connectAs(t, f.bridge.NewServer(nil, nil), agent.ID)
+	_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "write", Arguments: map[string]any{"id": "w1"}})
+	if e, ok := errors.AsType[*jsonrpc.Error](err); !ok || e.Code != jsonrpc.CodeInvalidParams || e.Message != `unknown tool "write"` {
+		t.Fatalf("a hidden tool whose credentials fail: %v, want the SDK's unknown tool", err)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"id": "r1"}})
+	if err != nil || !res.IsError {
+		t.Fatalf("a listed tool whose credentials fail is refused as unauthenticated: %+v, %v", res, err)
 	}
 }

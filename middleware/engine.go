@@ -162,6 +162,7 @@ func (c *config) warn(caps map[string]Capability) {
 }
 
 func (e *Engine) resolve(proc string, c Capability) *capability {
+	c.Exposure = slices.Clone(c.Exposure) // the registry is read once: the caller's slice stays theirs
 	rc := &capability{Capability: c, procedure: proc, timeout: c.Timeout, backoff: c.Retry.Backoff, expiresIn: c.Approval.ExpiresIn, explicitTimeout: c.Timeout}
 	if rc.timeout == 0 {
 		rc.timeout = e.cfg.defaultTimeout
@@ -180,6 +181,7 @@ func (e *Engine) resolve(proc string, c Capability) *capability {
 func (c *capability) resolved() Capability {
 	out := c.Capability
 	out.Timeout, out.Retry.Backoff, out.Approval.ExpiresIn = c.timeout, c.backoff, c.expiresIn
+	out.Exposure = slices.Clone(c.Exposure) // a reader's copy can never change where it is served
 	return out
 }
 

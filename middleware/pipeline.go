@@ -62,6 +62,8 @@ func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call se
 	if c != nil {
 		if hide := x.exposed(); hide != nil {
 			err = hide
+		} else if hide := x.hiddenByPolicy(); hide != nil {
+			err = hide
 		}
 	}
 	x.requested()

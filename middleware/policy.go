@@ -124,7 +124,8 @@ func (d PolicyDecision) String() string {
 // the order added. They compose with the precedence hide > deny >
 // require_approval > allow, whatever their order: one hide hides (the
 // policies after it are not asked), otherwise an error or a panic of any
-// fails the call closed with POLICY_UNAVAILABLE, otherwise one deny
+// fails the call closed with POLICY_UNAVAILABLE (CANCELLED when it failed
+// with the context's error because the caller left), otherwise one deny
 // denies, and every policy requiring approval adds its reason to the
 // approval record. By default there are none. Nil is ignored; an empty or
 // repeated name fails [New].
@@ -216,6 +217,8 @@ func (x *execution) decide() ([]string, *Error) {
 	switch {
 	case x.inputRead && x.bindErr != nil: // a policy asked for an input that does not bind
 		return nil, x.unbound(x.bindErr)
+	case failed != nil && x.ctx.Err() != nil && (errors.Is(failed, context.Canceled) || errors.Is(failed, context.DeadlineExceeded)):
+		return nil, x.cancelled() // the caller left: not the policy's failure
 	case failed != nil:
 		return nil, &Error{Code: CodePolicyUnavailable, Message: "a policy could not decide on the call; nothing ran", Retryable: true, Cause: failed}
 	case denied != nil:
@@ -231,6 +234,27 @@ func (x *execution) decide() ([]string, *Error) {
 		}
 	}
 	return reasons, nil
+}
+
+// hiddenByPolicy is the answer to a call refused before the pipeline (its
+// body could not be read, say) that a policy hides from its caller: no
+// refusal may tell it apart from a procedure that does not exist. The
+// policies are asked without input; only a hide counts, and a policy
+// that cannot decide leaves the refusal as it was.
+func (x *execution) hiddenByPolicy() *Error {
+	if x.actorErr != nil {
+		return nil
+	}
+	in := x.policyInput(false)
+	for _, np := range x.e.cfg.policies {
+		if _, cond := np.p.(condition); cond {
+			continue // it only gates calls
+		}
+		if d, err := ask(x.ctx, np, in); err == nil && d.verdict == verdictHide {
+			return hidden(fmt.Sprintf("hidden by policy %q", np.name))
+		}
+	}
+	return nil
 }
 
 // ask runs one policy; a panic in it is its error.

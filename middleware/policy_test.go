@@ -422,3 +422,89 @@ func BenchmarkPolicies(b *testing.B) {
 		})
 	}
 }
+
+// TestAnExposureIsReadOnceAndNoReaderChangesIt: the registry is read once,
+// and neither the slice registered nor the one a policy or Capabilities
+// sees can change where a capability is served.
+func TestAnExposureIsReadOnceAndNoReaderChangesIt(t *testing.T) {
+	exposure := []middleware.Surface{middleware.SurfaceRPC}
+	meddling := policy{"meddling", func(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		if len(in.Capability.Exposure) > 0 {
+			in.Capability.Exposure[0] = middleware.SurfaceHTTP
+		}
+		return middleware.Allow(), nil
+	}}
+	f, _ := policied(t, middleware.Capability{SideEffect: middleware.SideEffectWrite, Exposure: exposure}, meddling)
+	exposure[0] = middleware.SurfaceHTTP // after New: no effect
+	for _, c := range f.eng.Capabilities() {
+		c.Exposure[0] = middleware.SurfaceHTTP
+	}
+	for range 2 { // the policy meddles on the first call
+		if _, err, runs := runRefund(f, middleware.SurfaceRPC, refund); err != nil || runs != 1 {
+			t.Fatalf("a call on rpc: err %v, runs %d", err, runs)
+		}
+	}
+	if _, err, _ := runRefund(f, middleware.SurfaceHTTP, refund); !adapter.Hidden(err) {
+		t.Fatalf("a call on http, where the capability was never exposed: err %v", err)
+	}
+}
+
+// TestAStreamOnAnUnexposedSurfaceIsHiddenBeforeAnyRefusal: a stream the
+// engine could not know streams, gated, refused on a surface it is not
+// served on would tell the procedure exists.
+func TestAStreamOnAnUnexposedSurfaceIsHiddenBeforeAnyRefusal(t *testing.T) {
+	mcpOnly := plainWriteGate
+	mcpOnly.Exposure = []middleware.Surface{middleware.SurfaceMCP}
+	f, st := policied(t, mcpOnly)
+	ran := false
+	_, err := adapter.ExecuteStream(as(t.Context(), agent), adapter.Resolve(f.eng, procRefund), adapter.Call[struct{}]{Surface: middleware.SurfaceRPC},
+		func(context.Context) error { ran = true; return nil })
+	if !adapter.Hidden(err) || ran || st.calls.Load() != 0 {
+		t.Fatalf("err %v, ran %t, store calls %d: an unexposed stream looks absent", err, ran, st.calls.Load())
+	}
+}
+
+// TestACallerWhoLeftWhileAPolicyDecidedIsCancelled: a policy that fails
+// because the caller's context ended did not fail the engine: the caller
+// left, and re-invoking is theirs to decide.
+func TestACallerWhoLeftWhileAPolicyDecidedIsCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(as(t.Context(), agent))
+	defer cancel()
+	leaving := policy{"remote-check", func(ctx context.Context, _ middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		cancel() // the caller leaves while the policy asks its service
+		<-ctx.Done()
+		return middleware.Allow(), ctx.Err()
+	}}
+	f, _ := policied(t, plainWrite, leaving)
+	runs := 0
+	_, env, err := adapter.Execute(ctx, adapter.Resolve(f.eng, procRefund), adapter.Call[any]{Input: refund, Surface: middleware.SurfaceRPC},
+		func(context.Context) (any, error) { runs++; return nil, nil })
+	wantCode(t, env, err, middleware.CodeCancelled)
+	if runs != 0 || f.final(env.ExecutionID).Type != middleware.EventCancelled {
+		t.Fatalf("runs %d, final event %+v", runs, f.final(env.ExecutionID))
+	}
+}
+
+// TestAHiddenCallIsNeverAReplay: a caller key whose result is stored does
+// not tell a procedure a policy now hides from its caller: the policy is
+// asked before the result store.
+func TestAHiddenCallIsNeverAReplay(t *testing.T) {
+	var hiding atomic.Bool
+	p := policy{"later-hidden", func(context.Context, middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		if hiding.Load() {
+			return middleware.Hide(), nil
+		}
+		return middleware.Allow(), nil
+	}}
+	r := oneResult(t, writeCap, middleware.WithPolicy(p))
+	c := keyedCall{key: "order-42-refund"}
+	if _, _, err := r.call(t.Context(), c, refunded); err != nil {
+		t.Fatal(err)
+	}
+	hiding.Store(true)
+	v, env, err := r.call(t.Context(), c, refunded)
+	if !adapter.Hidden(err) || v != nil || env.Replayed {
+		t.Fatalf("a repeat of a stored key, now hidden: %v, %v, %+v", v, err, env)
+	}
+	r.wantRuns("a hidden call is never a replay", 1)
+}

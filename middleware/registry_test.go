@@ -23,6 +23,9 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 		Register("/s.V1/NegativeBackoff", middleware.Capability{SideEffect: middleware.SideEffectRead, Retry: middleware.Retry{Backoff: -time.Millisecond}}).
 		Register("/s.V1/NegativeExpiry", middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, ExpiresIn: -time.Minute}}).
 		Register("/s.V1/GatedStream", middleware.Capability{SideEffect: middleware.SideEffectWrite, Streaming: true, Approval: middleware.Approval{Required: true}}).
+		Register("/s.V1/NegativeQuorum", middleware.Capability{SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true, Quorum: -1}}).
+		Register("/s.V1/NegativeDedup", middleware.Capability{SideEffect: middleware.SideEffectWrite, Dedup: -time.Second}).
+		Register("/s.V1/UnknownSurface", middleware.Capability{SideEffect: middleware.SideEffectRead, Exposure: []middleware.Surface{middleware.SurfaceRPC, middleware.Surface(0)}}).
 		Register("", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
 		Register("/s.V1/Twice", middleware.Capability{SideEffect: middleware.SideEffectRead}).
@@ -44,6 +47,9 @@ func TestValidationReportsEveryProblemAtOnce(t *testing.T) {
 		{"/s.V1/NegativeBackoff", "Retry.Backoff", "must not be negative"},
 		{"/s.V1/NegativeExpiry", "Approval.ExpiresIn", "must not be negative"},
 		{"/s.V1/GatedStream", "Approval.Required", "streaming procedure cannot require approval"},
+		{"/s.V1/NegativeQuorum", "Approval.Quorum", "must not be negative"},
+		{"/s.V1/NegativeDedup", "Dedup", "must not be negative"},
+		{"/s.V1/UnknownSurface", "Exposure", "Surface(0)"},
 		{"", "Procedure", "must not be empty"},
 		{"/s.V1/Twice", "Procedure", "registered more than once"},
 	}

@@ -23,7 +23,7 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 		x.requested()
 		return x.e.notFound(x.proc)
 	}
-	if x.cap.Approval.Required {
+	if x.cap.Approval.Required && x.exposed() == nil { // unexposed, it is hidden first (admit)
 		x.requested()
 		// Validation refuses this for procedures known to stream; a registry
 		// entry the engine could not check still fails closed.

@@ -218,3 +218,6 @@ func result(resp *http.Response, body []byte, readErr error) conformance.Result 
 	}
 	return res
 }
+
+// Surface: net/http routes come in on http.
+func (conformanceHarness) Surface() middleware.Surface { return middleware.SurfaceHTTP }

@@ -45,6 +45,10 @@ func TestAHiddenRouteIsTheMuxs404(t *testing.T) {
 			func(eng *middleware.Engine) http.Handler {
 				return nethttpadapter.Wrap(eng, "POST /refund", handler, nethttpadapter.WithMaxBodyBytes(4))
 			}, `{"amount": 1}`},
+		{"Wrap, hidden by a policy, a body over the limit", middleware.Capability{SideEffect: middleware.SideEffectWrite}, true,
+			func(eng *middleware.Engine) http.Handler {
+				return nethttpadapter.Wrap(eng, "POST /refund", handler, nethttpadapter.WithMaxBodyBytes(4))
+			}, `{"amount": 1}`},
 		{"WrapMux, hidden by a policy", middleware.Capability{SideEffect: middleware.SideEffectWrite}, true,
 			func(eng *middleware.Engine) http.Handler {
 				mux := http.NewServeMux()

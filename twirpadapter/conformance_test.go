@@ -173,3 +173,6 @@ func (c conformanceClient) CallKeyed(ctx context.Context, f conformance.Fixture,
 	}
 	return res
 }
+
+// Surface: Twirp calls come in on rpc.
+func (conformanceHarness) Surface() middleware.Surface { return middleware.SurfaceRPC }

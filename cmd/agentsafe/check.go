@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -71,7 +73,32 @@ func readInventory(path string) (registryJSON, error) {
 		}
 		seen[c.Procedure] = true
 	}
-	return inv, nil
+	return normalized(path, inv)
+}
+
+// normalized validates an inventory as middleware.New validates the
+// capabilities it lists (a misspelt side effect or surface must fail the
+// gate, not pass as a harmless change) and returns it as an engine built
+// from it writes it, defaults resolved, so that a hand-edited file
+// compares like a written one.
+func normalized(path string, inv registryJSON) (registryJSON, error) {
+	reg, err := inv.registry(path)
+	if err != nil {
+		return inv, err
+	}
+	eng, err := newEngine(nil, reg, inv.Policies)
+	if err != nil {
+		return inv, fmt.Errorf("%s: %w", path, err)
+	}
+	var b bytes.Buffer
+	if err := eng.WriteSnapshot(&b); err != nil {
+		return inv, err
+	}
+	var out registryJSON
+	if err := json.Unmarshal(b.Bytes(), &out); err != nil {
+		return inv, err
+	}
+	return out, nil
 }
 
 // compare lists every change from old to cur, widening first, then by
@@ -111,7 +138,13 @@ func compare(old, cur registryJSON) ([]change, error) {
 		}
 	}
 	for _, c := range old.Capabilities {
-		if _, ok := after[c.Procedure]; !ok {
+		switch _, ok := after[c.Procedure]; {
+		case ok:
+		case c.Approval.Required:
+			// The inventory cannot tell a deleted method from one whose
+			// declaration was dropped; the latter runs unapproved.
+			add(widening, c.Procedure, "capability removed, and its approval with it: if the method is still served, it runs ungoverned")
+		default:
 			add(narrowing, c.Procedure, "capability removed")
 		}
 	}

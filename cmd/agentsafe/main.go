@@ -23,12 +23,16 @@
 // middleware.WithPolicy (and "approval-condition" for
 // WithApprovalCondition), which the command cannot see in code.
 //
-// check reads two inventories and classifies every difference:
+// check reads two inventories, validates each as middleware.New validates
+// a registry (fields left out take their defaults), and classifies every
+// difference:
 //
 //   - widening: a new write-like capability (or one that became
 //     write-like), a removed approval or a lower quorum, an added retry, a
 //     longer timeout, a new exposure, a removed policy;
-//   - narrowing: the reverse of those, and a removed capability;
+//   - narrowing: the reverse of those, and a removed capability (unless
+//     it required approval: a removed approval widens, since the
+//     inventory cannot tell a deleted method from an undeclared one);
 //   - neutral: everything else (descriptions, risk, tool names, a new
 //     read).
 //

@@ -142,14 +142,19 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			want: []string{"widening " + cancelOrder + " approval no longer required"}},
 		{name: "a lower quorum", old: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Quorum = 2 },
 			want: []string{"widening " + cancelOrder + " approval quorum 2 → 1"}},
-		{name: "an added retry", new: func(inv *registryJSON) { capability(inv, "NotifyCustomer").Retry.MaxRetries = 1 },
-			want: []string{"widening /orders.v1.OrderService/NotifyCustomer retries 0 → 1"}},
+		{name: "an added retry", new: func(inv *registryJSON) {
+			c := capability(inv, "NotifyCustomer")
+			c.Retry.MaxRetries, c.Idempotent = 1, true // a write retries only when idempotent
+		}, want: []string{"widening /orders.v1.OrderService/NotifyCustomer retries 0 → 1", `neutral /orders.v1.OrderService/NotifyCustomer idempotent "false" → "true"`}},
 		{name: "a longer timeout", new: func(inv *registryJSON) { capability(inv, "GetOrder").Timeout = "1m0s" },
 			want: []string{"widening /orders.v1.OrderService/GetOrder timeout 2s → 1m0s"}},
 		{name: "a new exposure", new: func(inv *registryJSON) {
 			c := capability(inv, "CancelOrder")
 			c.Exposure = append(c.Exposure, "mcp")
 		}, want: []string{"widening " + cancelOrder + " exposed on mcp"}},
+		{name: "a removed capability that required approval", new: func(inv *registryJSON) {
+			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == cancelOrder })
+		}, want: []string{"widening " + cancelOrder + " capability removed, and its approval with it: if the method is still served, it runs ungoverned"}},
 		{name: "a removed policy", new: func(inv *registryJSON) { inv.Policies = []string{"approval-condition"} },
 			want: []string{`widening - policy "refund-limit" removed`}},
 		{name: "narrowing: an added approval and a higher quorum", new: func(inv *registryJSON) {
@@ -162,10 +167,10 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 		}, want: []string{"narrowing /orders.v1.OrderService/GetOrder timeout 2s → 1s", "narrowing /orders.v1.OrderService/GetOrder retries 2 → 0"}},
 		{name: "narrowing: an exposure, a capability and a policy", new: func(inv *registryJSON) {
 			capability(inv, "ExportReport").Exposure = []string{"rpc", "http"}
-			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == cancelOrder })
+			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == "/orders.v1.OrderService/NotifyCustomer" })
 			inv.Policies = append(inv.Policies, "business-hours")
-		}, want: []string{`narrowing - policy "business-hours" added`, "narrowing " + cancelOrder + " capability removed",
-			"narrowing /orders.v1.OrderService/ExportReport no longer exposed on mcp"}},
+		}, want: []string{`narrowing - policy "business-hours" added`,
+			"narrowing /orders.v1.OrderService/ExportReport no longer exposed on mcp", "narrowing /orders.v1.OrderService/NotifyCustomer capability removed"}},
 		{name: "neutral: a description, a risk, a tool name, a new read", new: func(inv *registryJSON) {
 			c := capability(inv, "GetOrder")
 			c.Description, c.Risk, c.ToolName = "Find an order.", "medium", "find_order"
@@ -239,18 +244,23 @@ func TestExitCodes(t *testing.T) {
 	narrowed := base(t)
 	capability(&narrowed, "RefundOrder").Approval.Required = true
 	var (
-		wider    = writeJSON(t, widened)
-		narrower = writeJSON(t, narrowed)
-		missing  = filepath.Join(dir, "missing.json")
-		notJSON  = file("not.json", "{")
-		v2       = file("v2.json", `{"version": 2, "policies": [], "capabilities": []}`)
-		typo     = file("typo.json", `{"version": 1, "polices": [], "capabilities": []}`)
-		twice    = file("twice.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}, {"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
-		badTime  = file("badtime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "soon"}]}`)
-		okTime   = file("oktime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
-		wrote    = file("wrote.json", `{"capabilities": [{"procedure": "POST /refunds", "sideEffect": "wrote"}]}`)
-		misspelt = file("misspelt.json", `{"capabilities": [{"procedure": "/orders.v1.OrderService/RefundOrdr", "sideEffect": "write"}]}`)
-		route    = file("route.json", `{"policies": ["limits"], "capabilities": [{"procedure": "POST /refunds", "sideEffect": "write", "exposure": ["http", "mcp"]}]}`)
+		wider       = writeJSON(t, widened)
+		narrower    = writeJSON(t, narrowed)
+		missing     = filepath.Join(dir, "missing.json")
+		notJSON     = file("not.json", "{")
+		v2          = file("v2.json", `{"version": 2, "policies": [], "capabilities": []}`)
+		typo        = file("typo.json", `{"version": 1, "polices": [], "capabilities": []}`)
+		twice       = file("twice.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}, {"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
+		badTime     = file("badtime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "soon"}]}`)
+		okTime      = file("oktime.json", `{"version": 1, "capabilities": [{"procedure": "a", "sideEffect": "read", "timeout": "1s"}]}`)
+		wrote       = file("wrote.json", `{"capabilities": [{"procedure": "POST /refunds", "sideEffect": "wrote"}]}`)
+		misspelt    = file("misspelt.json", `{"capabilities": [{"procedure": "/orders.v1.OrderService/RefundOrdr", "sideEffect": "write"}]}`)
+		readRoute   = file("read.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "read", "timeout": "1s"}]}`)
+		wroteInv    = file("wrote-inv.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "Write", "timeout": "1s"}]}`)
+		upperMCP    = file("upper.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "read", "timeout": "1s", "exposure": ["MCP"]}]}`)
+		unsafeRetry = file("retry.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "write", "timeout": "1s", "retry": {"maxRetries": 1}}]}`)
+		negative    = file("negative.json", `{"version": 1, "capabilities": [{"procedure": "POST /refunds", "sideEffect": "read", "timeout": "-1s"}]}`)
+		route       = file("route.json", `{"policies": ["limits"], "capabilities": [{"procedure": "POST /refunds", "sideEffect": "write", "exposure": ["http", "mcp"]}]}`)
 	)
 	for _, tc := range []struct {
 		name string
@@ -268,6 +278,10 @@ func TestExitCodes(t *testing.T) {
 		{"check: an unknown field", []string{"check", typo, exampleInventory}, exitUsage},
 		{"check: a procedure listed twice", []string{"check", twice, exampleInventory}, exitUsage},
 		{"check: a duration that is none", []string{"check", okTime, badTime}, exitUsage},
+		{"check: a misspelt side effect", []string{"check", readRoute, wroteInv}, exitUsage},
+		{"check: a misspelt exposure", []string{"check", readRoute, upperMCP}, exitUsage},
+		{"check: a retried write that is not idempotent", []string{"check", unsafeRetry, unsafeRetry}, exitUsage},
+		{"check: a negative timeout", []string{"check", negative, readRoute}, exitUsage},
 		{"check: the same inventory", []string{"check", exampleInventory, exampleInventory}, exitOK},
 		{"check: narrowing only", []string{"check", exampleInventory, narrower}, exitOK},
 		{"check: widening", []string{"check", exampleInventory, wider}, exitWidening},
@@ -289,5 +303,35 @@ func TestExitCodes(t *testing.T) {
 				t.Error("a usage or input error says what is wrong")
 			}
 		})
+	}
+}
+
+// TestCheckResolvesTheDefaultsOfAHandWrittenInventory: a field left out
+// means its default, as in a registry file, so it is no change at all.
+func TestCheckResolvesTheDefaultsOfAHandWrittenInventory(t *testing.T) {
+	cur := base(t)
+	c := capability(&cur, "CancelOrder")
+	c.Approval.Quorum, c.Approval.ExpiresIn, c.Retry.Backoff, c.Dedup = 0, "", "", ""
+	code, out, errOut := agentsafe("check", exampleInventory, writeJSON(t, cur))
+	if code != exitOK || out != "0 widening, 0 narrowing, 0 neutral\n" {
+		t.Errorf("exit %d (%s), output:\n%s", code, errOut, out)
+	}
+}
+
+// TestAnInventoryIsARegistryFile: the file an application's engine writes
+// (Engine.WriteSnapshot) merges over descriptor sets, or stands alone, and
+// reproduces itself.
+func TestAnInventoryIsARegistryFile(t *testing.T) {
+	want, err := os.ReadFile(exampleInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"snapshot", "--descriptors", "testdata/orders.binpb", "--registry", exampleInventory},
+		{"snapshot", "--registry", exampleInventory},
+	} {
+		if code, out, errOut := agentsafe(args...); code != exitOK || out != string(want) {
+			t.Errorf("agentsafe %s: exit %d (%s), inventory:\n%s", strings.Join(args, " "), code, errOut, out)
+		}
 	}
 }

@@ -66,6 +66,17 @@ func snapshot(sets []string, registryFile string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	eng, err := newEngine(files, reg, policies)
+	if err != nil {
+		return err
+	}
+	return eng.WriteSnapshot(w)
+}
+
+// newEngine builds the engine an application with these declarations
+// would build, validating them as middleware.New does; files nil checks
+// no registry name against descriptors.
+func newEngine(files *protoregistry.Files, reg *middleware.Registry, policies []string) (*middleware.Engine, error) {
 	opts := []middleware.Option{
 		middleware.WithProtoFiles(files),
 		// Stores, so that gated and deduplicated capabilities validate;
@@ -78,11 +89,7 @@ func snapshot(sets []string, registryFile string, w io.Writer) error {
 	for _, name := range policies {
 		opts = append(opts, middleware.WithPolicy(placeholder(name)))
 	}
-	eng, err := middleware.New(reg, opts...)
-	if err != nil {
-		return err
-	}
-	return eng.WriteSnapshot(w)
+	return middleware.New(reg, opts...)
 }
 
 // placeholder stands for a policy the application installs in code.
@@ -198,6 +205,13 @@ func readRegistry(path string) (*middleware.Registry, []string, error) {
 	if r.Version != 0 && r.Version != 1 {
 		return nil, nil, fmt.Errorf("%s: version %d; this command reads version 1", path, r.Version)
 	}
+	reg, err := r.registry(path)
+	return reg, r.Policies, err
+}
+
+// registry is the file's capabilities as a registry; path names the file
+// in problems.
+func (r registryJSON) registry(path string) (*middleware.Registry, error) {
 	reg := middleware.NewRegistry()
 	var problems []error
 	for i, c := range r.Capabilities {
@@ -208,7 +222,7 @@ func readRegistry(path string) (*middleware.Registry, []string, error) {
 		}
 		reg.Register(c.Procedure, capability)
 	}
-	return reg, r.Policies, errors.Join(problems...)
+	return reg, errors.Join(problems...)
 }
 
 // decodeFile decodes one JSON value from a file, refusing unknown fields

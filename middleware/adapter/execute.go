@@ -122,8 +122,10 @@ func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx c
 // engine — its input could not be read (a body over the adapter's limit),
 // or its path is not one the route serves — as an execution finalized at
 // once with err: the caller still gets an execution id, and the audit
-// trail shows the refusal. Nothing runs. A route the engine does not
-// govern gets a zero envelope and err back.
+// trail shows the refusal. Nothing runs. A call on a surface its
+// capability is not exposed on, or that a policy hides from its caller
+// (asked without input), is answered as hidden instead ([Hidden]). A
+// route the engine does not govern gets a zero envelope and err back.
 func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Error) (middleware.Envelope, error) {
 	if r.r == nil {
 		if err == nil {
