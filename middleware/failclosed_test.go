@@ -211,6 +211,36 @@ func TestACallerGoneAfterTheConsumptionGivesTheApprovalBack(t *testing.T) {
 	})
 }
 
+// TestALostConsumeReplyOfACallerGoneGivesTheApprovalBack: the store
+// consumed, its reply was lost, and the caller left meanwhile, so the
+// engine does not re-issue Consume; it must still release, or the approval
+// is spent though nothing ran.
+func TestALostConsumeReplyOfACallerGoneGivesTheApprovalBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		mem := approvalstore.NewMemory()
+		ctx, cancel := context.WithCancel(as(t.Context(), agent))
+		f := &flakyStore{ApprovalStore: mem}
+		g := newGated(t, plainWriteGate, middleware.WithApprovalStore(f))
+		g.store = mem
+		id := g.requested(refund)
+		g.approve(id)
+		f.lose.Store(1)
+		f.onDone = cancel // the caller leaves while the reply is lost
+		_, env, err := execute(g.eng, ctx, call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(context.Context) (any, error) {
+			g.runs.Add(1)
+			return nil, nil
+		})
+		if code := middleware.CodeOf(err); code != middleware.CodeCancelled && code != middleware.CodeApprovalUnavailable {
+			t.Errorf("envelope %+v: want CANCELLED or APPROVAL_UNAVAILABLE", env.Error)
+		}
+		f.onDone = nil
+		synctest.Wait() // the background Release
+		if rec, _ := mem.Get(t.Context(), id); rec.Status != store.ApprovalApproved || g.runs.Load() != 0 {
+			t.Fatalf("record %s after %d runs: nothing ran, so the approval must be approved again", rec.Status, g.runs.Load())
+		}
+	})
+}
+
 func TestNothingRanSoAskingAgainIsSafe(t *testing.T) {
 	g := newGated(t, plainWriteGate) // a write, not idempotent
 	id := g.requested(refund)

@@ -146,10 +146,11 @@ var consumeRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millis
 func (x *execution) consume(approvals store.ApprovalStore, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	for try := 0; ; try++ {
 		got, err := approvals.Consume(x.ctx, id, req)
-		if err == nil || approvalCode(err) != CodeApprovalUnavailable || x.ctx.Err() != nil {
+		if err == nil || approvalCode(err) != CodeApprovalUnavailable {
 			return got, err
 		}
-		if try == len(consumeRetries) || !x.sleepWithin(consumeRetries[try]) {
+		// The store failed: a try whose reply was lost may have consumed.
+		if x.ctx.Err() != nil || try == len(consumeRetries) || !x.sleepWithin(consumeRetries[try]) {
 			x.e.release(x.ctx, id, x.id)
 			return got, err
 		}
