@@ -360,6 +360,39 @@ var storeRules = []struct {
 			c.Errorf("one party votes once under a quorum: a third distinct party approves: %+v, %v", got, err)
 		}
 	}},
+	{"Decide/one party votes once whatever bytes its id holds", func(c *storeCheck) {
+		// Ids are the application's strings, not always UTF-8 (a header
+		// value may carry any byte): a store that compares voters through
+		// an encoding that replaces invalid bytes must still know one
+		// approver from another, and the same approver from itself.
+		rec := c.quorum(storeDigest, 2)
+		odd := store.Actor{ID: "manager-\xff", Tenant: "acme", Kind: "user", OnBehalfOf: []string{"boss-\xfe"}}
+		if _, _, err := c.decide(rec.ID, vote(true, odd, "")); err != nil {
+			if !errors.Is(err, store.ErrApproverNotAllowed) {
+				c.Fatalf("one party votes once whatever bytes its id holds: a first vote may count or be refused as not allowed, got %v", err)
+			}
+			return // the store refuses such approvers outright
+		}
+		for _, d := range []store.Decision{vote(true, odd, "again"), vote(false, odd, "changed my mind")} {
+			got, changed, err := c.decide(rec.ID, d)
+			if changed || (err == nil && (got.Status != store.ApprovalPending || len(got.Votes) != 1)) {
+				c.Errorf("one party votes once whatever bytes its id holds: a second vote by the same approver counted: %+v, changed=%v, %v", got, changed, err)
+			}
+		}
+		if got := c.get(rec.ID); got.Status != store.ApprovalPending || len(got.Votes) != 1 {
+			c.Errorf("one party votes once whatever bytes its id holds: one approver alone must not reach a quorum of 2: %s with %d votes", got.Status, len(got.Votes))
+		}
+		for _, a := range []store.Actor{
+			{ID: "agent-3", Tenant: "acme", OnBehalfOf: []string{odd.ID}}, // acts for the voter
+			{ID: "boss-\xfe", Tenant: "acme"},                             // the voter acts for them
+		} {
+			_, _, err := c.decide(rec.ID, vote(true, a, ""))
+			c.wantErr("one party votes once whatever bytes its id holds: "+a.ID, err, store.ErrSelfApproval)
+		}
+		if _, _, err := c.decide(rec.ID, vote(true, store.Actor{ID: "manager-\xfe", Tenant: "acme", Kind: "user"}, "")); err != nil {
+			c.Errorf("one party votes once whatever bytes its id holds: another id is another approver: %v", err)
+		}
+	}},
 	{"Decide/concurrent voters of one party are admitted once", func(c *storeCheck) {
 		pairs := map[string][2]store.Actor{
 			"one in the other's chain": {manager, {ID: "agent-3", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{manager.ID}}},
