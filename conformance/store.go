@@ -605,6 +605,33 @@ var storeRules = []struct {
 			c.Errorf("only the whole requesting actor consumes: the requester itself must still consume after the refusals: %v", err)
 		}
 	}},
+	{"Consume/the whole actor is compared byte for byte", func(c *storeCheck) {
+		// Two sessions of one agent, acting for people whose ids differ
+		// only in bytes that are not UTF-8: a store that compares chains
+		// through an encoding that replaces invalid bytes would take one
+		// for the other.
+		forB := store.Actor{ID: requester.ID, Tenant: requester.Tenant, Kind: requester.Kind, OnBehalfOf: []string{"user-\xfe"}}
+		forA := forB
+		forA.OnBehalfOf = []string{"user-\xff"}
+		req := c.request(storeDigest)
+		req.Requester = forA
+		rec, err := c.s.Store.Create(c.ctx, req)
+		if err != nil {
+			return // the store refuses such requesters outright
+		}
+		if _, _, err := c.decide(rec.ID, vote(true, manager, "")); err != nil {
+			c.Fatal(err)
+		}
+		other := c.consumeReq("exe_x")
+		other.Actor = forB
+		_, err = c.s.Store.Consume(c.ctx, rec.ID, other)
+		c.wantErr("the whole actor is compared byte for byte: the session acting for another must get APPROVAL_NOT_FOUND", err, store.ErrApprovalNotFound)
+		req2 := c.request(storeDigest)
+		req2.Requester = forB
+		if again, err := c.s.Store.Create(c.ctx, req2); err == nil && again.ID == rec.ID {
+			c.Errorf("the whole actor is compared byte for byte: the session acting for another got the same pending record")
+		}
+	}},
 	{"Consume/a mismatch does not burn the record", func(c *storeCheck) {
 		rec := c.approved()
 		for name, tc := range map[string]struct {

@@ -67,6 +67,26 @@ func TestTheWholeActorIsBoundToAnApproval(t *testing.T) {
 	})
 }
 
+// TestAnIdentityThatIsNotUTF8CannotBeBoundToAnApproval: stores keep
+// identities in encodings that replace invalid bytes, where two actors
+// could become one; such a caller is not authenticated for an approval,
+// and nothing is requested or consumed for it.
+func TestAnIdentityThatIsNotUTF8CannotBeBoundToAnApproval(t *testing.T) {
+	for name, a := range map[string]middleware.Actor{
+		"id":    {ID: "agent-\xff", Tenant: "acme", Kind: "agent"},
+		"chain": {ID: "agent-7", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"user-\xfe"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := newGated(t, plainWriteGate)
+			env, err, _ := g.call(a, refund, "")
+			wantCode(t, env, err, middleware.CodeUnauthenticated)
+			if recs, _ := g.eng.List(t.Context(), store.ApprovalFilter{AnyTenant: true}); len(recs) != 0 || g.runs.Load() != 0 {
+				t.Fatalf("%d records, %d runs: nothing may be requested or run", len(recs), g.runs.Load())
+			}
+		})
+	}
+}
+
 func TestTheInputIsCheckedBeforeTheConditionReadsIt(t *testing.T) {
 	var asked atomic.Int32
 	condition := func(_ context.Context, q middleware.ApprovalQuery) (bool, string, error) {
