@@ -190,6 +190,12 @@ var storeRules = []struct {
 		if other := c.create(otherDigest); other.ID == first.ID {
 			c.Error("another input must get another approval")
 		}
+		// An actor with nothing but an id: no tenant, kind or chain.
+		bare := c.request(storeDigest)
+		bare.Requester = store.Actor{ID: "agent-bare"}
+		if a, b := c.createReq(bare), c.createReq(bare); a.ID != b.ID {
+			c.Errorf("a repeat of a pending call returns the same record, for an actor with no tenant, kind or chain too: %s != %s", a.ID, b.ID)
+		}
 	}},
 	{"Create/a repeat by another whole actor is another request", func(c *storeCheck) {
 		first := c.create(storeDigest)
