@@ -227,7 +227,7 @@ func (s *Redis) Decide(ctx context.Context, id string, d store.Decision) (store.
 // writes, in one round trip, and replies with the deciding vote alone
 // (with [WithWait], WAIT travels in the same round trip).
 func (s *Redis) Consume(ctx context.Context, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
-	if !store.ValidApprovalID(id) {
+	if !store.ValidApprovalID(id) || !validActor(req.Actor) { // Create binds no such actor
 		return store.ConsumedApproval{}, store.ErrApprovalNotFound
 	}
 	a := req.Actor

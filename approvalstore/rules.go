@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
@@ -160,6 +161,8 @@ func checkRequest(req store.ApprovalRequest) error {
 		return fmt.Errorf("approvalstore: ExpiresIn must be positive (got %s)", req.ExpiresIn)
 	case req.Requester.ID == "":
 		return errors.New("approvalstore: an approval needs a requester")
+	case !validActor(req.Requester):
+		return errors.New("approvalstore: the requester's id, tenant, kind or OnBehalfOf chain is not valid UTF-8")
 	case req.Quorum < 0:
 		return fmt.Errorf("approvalstore: Quorum must not be negative (got %d)", req.Quorum)
 	}
@@ -207,4 +210,13 @@ func retainUntil(r *store.ApprovalRecord, retention time.Duration) time.Time {
 		last = r.LeaseUntil
 	}
 	return last.Add(retention)
+}
+
+// validActor reports whether every string of a is valid UTF-8. The Redis
+// store keeps an actor's chain as JSON, which replaces invalid bytes, so
+// two actors that differ only in them would compare equal: such actors
+// are never bound to a record.
+func validActor(a store.Actor) bool {
+	invalid := func(s string) bool { return !utf8.ValidString(s) }
+	return !invalid(a.ID) && !invalid(a.Tenant) && !invalid(a.Kind) && !slices.ContainsFunc(a.OnBehalfOf, invalid)
 }

@@ -190,6 +190,12 @@ var storeRules = []struct {
 		if other := c.create(otherDigest); other.ID == first.ID {
 			c.Error("another input must get another approval")
 		}
+		// An actor with nothing but an id: no tenant, kind or chain.
+		bare := c.request(storeDigest)
+		bare.Requester = store.Actor{ID: "agent-bare"}
+		if a, b := c.createReq(bare), c.createReq(bare); a.ID != b.ID {
+			c.Errorf("a repeat of a pending call returns the same record, for an actor with no tenant, kind or chain too: %s != %s", a.ID, b.ID)
+		}
 	}},
 	{"Create/a repeat by another whole actor is another request", func(c *storeCheck) {
 		first := c.create(storeDigest)
@@ -358,6 +364,39 @@ var storeRules = []struct {
 		}
 		if got, _, err := c.decide(rec.ID, vote(true, manager3, "")); err != nil || got.Status != store.ApprovalApproved {
 			c.Errorf("one party votes once under a quorum: a third distinct party approves: %+v, %v", got, err)
+		}
+	}},
+	{"Decide/one party votes once whatever bytes its id holds", func(c *storeCheck) {
+		// Ids are the application's strings, not always UTF-8 (a header
+		// value may carry any byte): a store that compares voters through
+		// an encoding that replaces invalid bytes must still know one
+		// approver from another, and the same approver from itself.
+		rec := c.quorum(storeDigest, 2)
+		odd := store.Actor{ID: "manager-\xff", Tenant: "acme", Kind: "user", OnBehalfOf: []string{"boss-\xfe"}}
+		if _, _, err := c.decide(rec.ID, vote(true, odd, "")); err != nil {
+			if !errors.Is(err, store.ErrApproverNotAllowed) {
+				c.Fatalf("one party votes once whatever bytes its id holds: a first vote may count or be refused as not allowed, got %v", err)
+			}
+			return // the store refuses such approvers outright
+		}
+		for _, d := range []store.Decision{vote(true, odd, "again"), vote(false, odd, "changed my mind")} {
+			got, changed, err := c.decide(rec.ID, d)
+			if changed || (err == nil && (got.Status != store.ApprovalPending || len(got.Votes) != 1)) {
+				c.Errorf("one party votes once whatever bytes its id holds: a second vote by the same approver counted: %+v, changed=%v, %v", got, changed, err)
+			}
+		}
+		if got := c.get(rec.ID); got.Status != store.ApprovalPending || len(got.Votes) != 1 {
+			c.Errorf("one party votes once whatever bytes its id holds: one approver alone must not reach a quorum of 2: %s with %d votes", got.Status, len(got.Votes))
+		}
+		for _, a := range []store.Actor{
+			{ID: "agent-3", Tenant: "acme", OnBehalfOf: []string{odd.ID}}, // acts for the voter
+			{ID: "boss-\xfe", Tenant: "acme"},                             // the voter acts for them
+		} {
+			_, _, err := c.decide(rec.ID, vote(true, a, ""))
+			c.wantErr("one party votes once whatever bytes its id holds: "+a.ID, err, store.ErrSelfApproval)
+		}
+		if _, _, err := c.decide(rec.ID, vote(true, store.Actor{ID: "manager-\xfe", Tenant: "acme", Kind: "user"}, "")); err != nil {
+			c.Errorf("one party votes once whatever bytes its id holds: another id is another approver: %v", err)
 		}
 	}},
 	{"Decide/concurrent voters of one party are admitted once", func(c *storeCheck) {
@@ -570,6 +609,33 @@ var storeRules = []struct {
 		}
 		if _, err := c.s.Store.Consume(c.ctx, rec.ID, c.consumeReq("exe_a")); err != nil {
 			c.Errorf("only the whole requesting actor consumes: the requester itself must still consume after the refusals: %v", err)
+		}
+	}},
+	{"Consume/the whole actor is compared byte for byte", func(c *storeCheck) {
+		// Two sessions of one agent, acting for people whose ids differ
+		// only in bytes that are not UTF-8: a store that compares chains
+		// through an encoding that replaces invalid bytes would take one
+		// for the other.
+		forB := store.Actor{ID: requester.ID, Tenant: requester.Tenant, Kind: requester.Kind, OnBehalfOf: []string{"user-\xfe"}}
+		forA := forB
+		forA.OnBehalfOf = []string{"user-\xff"}
+		req := c.request(storeDigest)
+		req.Requester = forA
+		rec, err := c.s.Store.Create(c.ctx, req)
+		if err != nil {
+			return // the store refuses such requesters outright
+		}
+		if _, _, err := c.decide(rec.ID, vote(true, manager, "")); err != nil {
+			c.Fatal(err)
+		}
+		other := c.consumeReq("exe_x")
+		other.Actor = forB
+		_, err = c.s.Store.Consume(c.ctx, rec.ID, other)
+		c.wantErr("the whole actor is compared byte for byte: the session acting for another must get APPROVAL_NOT_FOUND", err, store.ErrApprovalNotFound)
+		req2 := c.request(storeDigest)
+		req2.Requester = forB
+		if again, err := c.s.Store.Create(c.ctx, req2); err == nil && again.ID == rec.ID {
+			c.Errorf("the whole actor is compared byte for byte: the session acting for another got the same pending record")
 		}
 	}},
 	{"Consume/a mismatch does not burn the record", func(c *storeCheck) {

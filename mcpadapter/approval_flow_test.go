@@ -483,3 +483,38 @@ func TestApprovalElicitationCancelledWhileWaiting(t *testing.T) {
 		t.Fatalf("answering again once approved: %s, %d runs; want it to run once", codeOfResult(r), len(f.svc.executions()))
 	}
 }
+
+// TestApprovalRequestStateIsBoundToItsTool: the request state one tool
+// handed out is refused by another, as tampered state is, and runs
+// nothing there.
+func TestApprovalRequestStateIsBoundToItsTool(t *testing.T) {
+	f := newFlow(t)
+	f.multiRoundTrip(t, "2026-07-28")
+	cs := f.client(t, agent.ID, "2026-07-28", manualClient)
+	args := map[string]any{"id": "refund-1", "amount": 12000}
+	first := callTool(t, cs, "gated", args)
+	if len(first.InputRequests) != 1 || first.RequestState == "" {
+		t.Fatalf("the first call must ask for a decision: %+v", first)
+	}
+	var id string
+	for k := range first.InputRequests {
+		id = k
+	}
+	if _, err := f.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: manager}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "write", Arguments: args, RequestState: first.RequestState,
+		InputResponses: mcp.InputResponseMap{id: &mcp.ElicitResult{Action: "accept"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := codeOfResult(r); got != middleware.CodeInvalidArgument {
+		t.Errorf("another tool's request state: %s, want INVALID_ARGUMENT", got)
+	}
+	if n := len(f.svc.executions()); n != 0 {
+		t.Fatalf("another tool's request state ran a handler %d times", n)
+	}
+	if r := answerRound(t, cs, args, first.RequestState, id); codeOfResult(r) != middleware.CodeOK {
+		t.Errorf("the approval must still run its own call once: %s", codeOfResult(r))
+	}
+}

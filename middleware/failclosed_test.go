@@ -67,6 +67,26 @@ func TestTheWholeActorIsBoundToAnApproval(t *testing.T) {
 	})
 }
 
+// TestAnIdentityThatIsNotUTF8CannotBeBoundToAnApproval: stores keep
+// identities in encodings that replace invalid bytes, where two actors
+// could become one; such a caller is not authenticated for an approval,
+// and nothing is requested or consumed for it.
+func TestAnIdentityThatIsNotUTF8CannotBeBoundToAnApproval(t *testing.T) {
+	for name, a := range map[string]middleware.Actor{
+		"id":    {ID: "agent-\xff", Tenant: "acme", Kind: "agent"},
+		"chain": {ID: "agent-7", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"user-\xfe"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := newGated(t, plainWriteGate)
+			env, err, _ := g.call(a, refund, "")
+			wantCode(t, env, err, middleware.CodeUnauthenticated)
+			if recs, _ := g.eng.List(t.Context(), store.ApprovalFilter{AnyTenant: true}); len(recs) != 0 || g.runs.Load() != 0 {
+				t.Fatalf("%d records, %d runs: nothing may be requested or run", len(recs), g.runs.Load())
+			}
+		})
+	}
+}
+
 func TestTheInputIsCheckedBeforeTheConditionReadsIt(t *testing.T) {
 	var asked atomic.Int32
 	condition := func(_ context.Context, q middleware.ApprovalQuery) (bool, string, error) {
@@ -205,6 +225,36 @@ func TestACallerGoneAfterTheConsumptionGivesTheApprovalBack(t *testing.T) {
 		wantCode(t, env, err, middleware.CodeCancelled)
 		f.onDone = nil
 		synctest.Wait()
+		if rec, _ := mem.Get(t.Context(), id); rec.Status != store.ApprovalApproved || g.runs.Load() != 0 {
+			t.Fatalf("record %s after %d runs: nothing ran, so the approval must be approved again", rec.Status, g.runs.Load())
+		}
+	})
+}
+
+// TestALostConsumeReplyOfACallerGoneGivesTheApprovalBack: the store
+// consumed, its reply was lost, and the caller left meanwhile, so the
+// engine does not re-issue Consume; it must still release, or the approval
+// is spent though nothing ran.
+func TestALostConsumeReplyOfACallerGoneGivesTheApprovalBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		mem := approvalstore.NewMemory()
+		ctx, cancel := context.WithCancel(as(t.Context(), agent))
+		f := &flakyStore{ApprovalStore: mem}
+		g := newGated(t, plainWriteGate, middleware.WithApprovalStore(f))
+		g.store = mem
+		id := g.requested(refund)
+		g.approve(id)
+		f.lose.Store(1)
+		f.onDone = cancel // the caller leaves while the reply is lost
+		_, env, err := execute(g.eng, ctx, call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(context.Context) (any, error) {
+			g.runs.Add(1)
+			return nil, nil
+		})
+		if code := middleware.CodeOf(err); code != middleware.CodeCancelled && code != middleware.CodeApprovalUnavailable {
+			t.Errorf("envelope %+v: want CANCELLED or APPROVAL_UNAVAILABLE", env.Error)
+		}
+		f.onDone = nil
+		synctest.Wait() // the background Release
 		if rec, _ := mem.Get(t.Context(), id); rec.Status != store.ApprovalApproved || g.runs.Load() != 0 {
 			t.Fatalf("record %s after %d runs: nothing ran, so the approval must be approved again", rec.Status, g.runs.Load())
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentsafe/agentsafe/internal/digest"
 	"github.com/agentsafe/agentsafe/internal/ids"
@@ -28,6 +30,14 @@ type ApprovalQuery struct {
 // digest applies, so it means one thing to every reader.
 func (q ApprovalQuery) Input() ([]byte, error) { return q.in.Input() }
 
+// validUTF8 reports whether every string of an actor is valid UTF-8: only
+// such an identity is bound to an approval, since a store may keep it in an
+// encoding that replaces invalid bytes, where two actors would become one.
+func validUTF8(a Actor) bool {
+	invalid := func(s string) bool { return !utf8.ValidString(s) }
+	return !invalid(a.ID) && !invalid(a.Tenant) && !invalid(a.Kind) && !slices.ContainsFunc(a.OnBehalfOf, invalid)
+}
+
 // storeTimeout bounds the store calls the engine makes outside a caller's
 // context: recording an outcome after the caller has left.
 const storeTimeout = 5 * time.Second
@@ -46,6 +56,9 @@ func (x *execution) gate(reasons []string) *Error {
 	}
 	if x.actor.ID == "" {
 		return &Error{Code: CodeUnauthenticated, Message: "approval required, and the caller has no authenticated identity"}
+	}
+	if !validUTF8(x.actor) { // stores could not tell it from another
+		return &Error{Code: CodeUnauthenticated, Message: "approval required, and the caller's identity is not valid UTF-8"}
 	}
 	if x.digest == "" { // bind computed it for every input that binds
 		return &Error{Code: CodeInvalidArgument, Message: "approval required, and the call has no input to bind the approval to"}
@@ -146,10 +159,11 @@ var consumeRetries = [...]time.Duration{50 * time.Millisecond, 100 * time.Millis
 func (x *execution) consume(approvals store.ApprovalStore, id string, req store.ConsumeRequest) (store.ConsumedApproval, error) {
 	for try := 0; ; try++ {
 		got, err := approvals.Consume(x.ctx, id, req)
-		if err == nil || approvalCode(err) != CodeApprovalUnavailable || x.ctx.Err() != nil {
+		if err == nil || approvalCode(err) != CodeApprovalUnavailable {
 			return got, err
 		}
-		if try == len(consumeRetries) || !x.sleepWithin(consumeRetries[try]) {
+		// The store failed: a try whose reply was lost may have consumed.
+		if x.ctx.Err() != nil || try == len(consumeRetries) || !x.sleepWithin(consumeRetries[try]) {
 			x.e.release(x.ctx, id, x.id)
 			return got, err
 		}

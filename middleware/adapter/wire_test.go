@@ -200,3 +200,25 @@ func TestCallerKeyTellsAnEmptyKeyFromNone(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorDetailCarriesTheApprovalHints: on APPROVAL_REQUIRED the detail
+// carries approval_url and expires_at (RFC 3339), and reads back.
+func TestErrorDetailCarriesTheApprovalHints(t *testing.T) {
+	expires := time.Date(2026, 12, 3, 15, 30, 0, 0, time.FixedZone("CET", 3600))
+	env := middleware.Envelope{ExecutionID: "exe_1", Status: middleware.StatusApprovalRequired, ApprovalID: "apr_1",
+		ApprovalURL: "https://console.example/approvals/apr_1", ExpiresAt: expires,
+		Error: &middleware.EnvelopeError{Code: middleware.CodeApprovalRequired, Message: "needs an approval", Retryable: true}}
+	d := adapter.ErrorDetail(env)
+	if d.GetApprovalUrl() != env.ApprovalURL || d.GetExpiresAt() != "2026-12-03T14:30:00Z" {
+		t.Errorf("the detail must carry approval_url and expires_at (RFC 3339, UTC): %q, %q", d.GetApprovalUrl(), d.GetExpiresAt())
+	}
+	back := adapter.EnvelopeFromDetail(d, env.Error.Message)
+	if back.ApprovalURL != env.ApprovalURL || !back.ExpiresAt.Equal(expires) {
+		t.Errorf("the hints must read back from the detail: %q, %v", back.ApprovalURL, back.ExpiresAt)
+	}
+	h := http.Header{}
+	adapter.SetHeaders(h, env)
+	if h.Get(adapter.HeaderApprovalURL) != env.ApprovalURL || h.Get(adapter.HeaderApprovalExpires) != "2026-12-03T14:30:00Z" {
+		t.Errorf("the headers must carry the hints: %v", h)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
 )
@@ -300,21 +301,28 @@ var (
 	// chain, or acts on behalf of either (or, under a quorum, has voted
 	// already, directly or through delegation).
 	ErrSelfApproval = errors.New("agentsafe: approver may not decide their own request")
-	// ErrApproverNotAllowed: the approver has no id, is in another tenant,
-	// or the store's approver policy refused.
+	// ErrApproverNotAllowed: the approver has no id, an id or chain that
+	// is not valid UTF-8, is in another tenant, or the store's approver
+	// policy refused.
 	ErrApproverNotAllowed = errors.New("agentsafe: approver not allowed to decide this approval")
 	// ErrTooManyPending: the requester has too many pending approvals.
 	ErrTooManyPending = errors.New("agentsafe: too many pending approvals for this actor")
 )
 
 // CheckApprover is the approver rule stores apply in Decide: the approver
-// must have an id, must be in the requester's tenant (ErrApproverNotAllowed)
+// must have an id, an id and OnBehalfOf chain of valid UTF-8 (so that no
+// store's encoding can make two approvers one, or one approver two), and
+// must be in the requester's tenant (ErrApproverNotAllowed)
 // and, unless allowSelf, must not be the requester or anyone in the
 // requester's OnBehalfOf chain, nor act on behalf of any of them
 // (ErrSelfApproval).
 func CheckApprover(requester, approver Actor, allowSelf bool) error {
 	if approver.ID == "" {
 		return fmt.Errorf("%w: the approver has no id", ErrApproverNotAllowed)
+	}
+	invalid := func(id string) bool { return !utf8.ValidString(id) }
+	if invalid(approver.ID) || slices.ContainsFunc(approver.OnBehalfOf, invalid) {
+		return fmt.Errorf("%w: the approver's id or OnBehalfOf chain is not valid UTF-8", ErrApproverNotAllowed)
 	}
 	if approver.Tenant != requester.Tenant {
 		return fmt.Errorf("%w: the approver is in tenant %q, the request in %q", ErrApproverNotAllowed, approver.Tenant, requester.Tenant)
