@@ -233,3 +233,16 @@ func TestActorFunction(t *testing.T) {
 		}
 	}
 }
+
+func TestSlogSinkLogsRiskAndWhatAReplayReplayed(t *testing.T) {
+	var buf bytes.Buffer
+	sink := middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))
+	sink.HandleEvent(t.Context(), middleware.Event{Type: middleware.EventReplayed, ExecutionID: "exe_new", Procedure: procWrite,
+		Risk: middleware.RiskHigh, ReplayOf: "exe_original"})
+	out := buf.String()
+	for _, want := range []string{`"risk":"high"`, `"replay_of":"exe_original"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("slog output lacks %s: an audit trail read from the log must show it:\n%s", want, out)
+		}
+	}
+}
