@@ -20,6 +20,13 @@ func callerKey(h http.Header) string {
 	return strings.Join(h.Values(adapter.HeaderIdempotencyKey), ", ")
 }
 
+// approvalID is the Agentsafe-Approval-Id request header, every value of
+// it: more than one is malformed, which the engine reports, rather than
+// one of them taken and the other dropped silently.
+func approvalID(h http.Header) string {
+	return strings.Join(h.Values(adapter.HeaderApprovalID), ", ")
+}
+
 // replayCodec stores a call's response as its message's binary encoding,
 // and Connect's own errors, for a repeat with the caller's key. A replayed
 // response is a *dynamicpb.Message of the method's output type, which

@@ -358,3 +358,23 @@ func TestNilEnginePanicsAtStartUp(t *testing.T) {
 		}()
 	}
 }
+
+// Two values of the single-valued agentsafe-approval-id metadata are
+// malformed: taking either would silently drop the other.
+func TestAnApprovalHeaderSentTwiceIsInvalidArgument(t *testing.T) {
+	var runs atomic.Int32
+	svc := &options{do: func(context.Context, string, *testv1.Request) (*testv1.Response, error) {
+		runs.Add(1)
+		return &testv1.Response{}, nil
+	}}
+	c := testv1.NewTestServiceClient(serve(t, newEngine(t, nil), svc))
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "agentsafe-approval-id", "apr_00000000000000000000000000000000",
+		"agentsafe-approval-id", "apr_11111111111111111111111111111111")
+	_, err := c.Read(ctx, &testv1.Request{})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || ourDetail(err).GetCode() != "INVALID_ARGUMENT" || !strings.Contains(st.Message(), adapter.HeaderApprovalID) {
+		t.Errorf("%v, want InvalidArgument naming %s with agentsafe's detail", err, adapter.HeaderApprovalID)
+	}
+	if runs.Load() != 0 {
+		t.Errorf("the handler ran %d times, want none", runs.Load())
+	}
+}
