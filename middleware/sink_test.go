@@ -225,3 +225,26 @@ func typesBefore(s *auditSink) []middleware.EventType {
 	}
 	return []middleware.EventType{middleware.EventRequested}
 }
+
+// A strict audit sink that fails at capability.started after the result
+// store claimed the caller's key gives the key back: nothing ran, so the
+// repeat runs rather than finding the key in flight or in doubt.
+func TestAStrictAuditFailureAtStartedReleasesTheClaim(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		audit := &auditSink{}
+		started := middleware.EventStarted
+		audit.fail.Store(&started)
+		r := oneResult(t, writeCap, middleware.WithAuditSink(audit))
+		c := keyedCall{key: "order-7-refund"}
+		_, env, err := r.call(t.Context(), c, refunded)
+		wantCode(t, env, err, middleware.CodeAuditUnavailable)
+		r.wantRuns("nothing runs on a start the audit trail did not record", 0)
+		audit.fail.Store(nil)
+		_, env, err = r.call(t.Context(), c, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		r.wantRuns("the repeat runs: the failed start gave its claim back", 1)
+		if env.Replayed {
+			t.Errorf("the repeat replayed a start that never ran: %+v", env)
+		}
+	})
+}
