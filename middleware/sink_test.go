@@ -248,3 +248,19 @@ func TestAStrictAuditFailureAtStartedReleasesTheClaim(t *testing.T) {
 		}
 	})
 }
+
+// A write stream refused because the strict audit sink could not record
+// capability.started never started an attempt: its envelope counts none,
+// and re-invoking it is safe.
+func TestAStreamRefusedAtStartedRanNoAttempt(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Streaming: true},
+			middleware.WithAuditSink(&auditSink{failOn: middleware.EventStarted}))
+		var runs atomic.Int32
+		env, err := executeStream(f.eng, t.Context(), call{Procedure: procWrite}, func(context.Context) error { runs.Add(1); return nil })
+		wantCode(t, env, err, middleware.CodeAuditUnavailable)
+		if runs.Load() != 0 || env.Attempts != 0 || !env.Error.Retryable {
+			t.Errorf("%d runs, envelope %d attempts, retryable %t; want none, 0 and true: nothing ran", runs.Load(), env.Attempts, env.Error.Retryable)
+		}
+	})
+}

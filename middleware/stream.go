@@ -41,10 +41,10 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 		a.Context, a.cancel = context.WithCancel(parent)
 	}
 	defer a.cancel()
-	x.attempts = 1
 	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1})); err != nil {
-		return err
+		return err // no attempt started: nothing ran
 	}
+	x.attempts = 1
 	var r attemptResult
 	func() {
 		defer func() {
