@@ -338,6 +338,17 @@ func TestIdempotencyKeyReachesDownstreamUnchangedAcrossRetries(t *testing.T) {
 			if len(keys) != 1 || keys[0] != "" {
 				t.Errorf("a host not listed received the key: %v", keys)
 			}
+
+			// A key the application set itself is kept, alone: two values
+			// would be a malformed key downstream.
+			keys = nil
+			upstream.do = func(ctx context.Context, _ string, _ *testv1.Request) (*testv1.Response, error) {
+				return &testv1.Response{}, tc.call(metadata.AppendToOutgoingContext(ctx, "idempotency-key", `"the-apps-own"`), down)
+			}
+			up.Read(t.Context(), &testv1.Request{})
+			if len(keys) != 1 || keys[0] != `"the-apps-own"` {
+				t.Errorf("downstream saw keys %q, want the application's own key alone", keys)
+			}
 		})
 	}
 }
