@@ -264,3 +264,41 @@ func TestAStreamRefusedAtStartedRanNoAttempt(t *testing.T) {
 		}
 	})
 }
+
+// A sink whose queue (SinkQueue) is full drops the events it cannot hold,
+// exactly those, counted in Engine.Stats; another sink loses none of them.
+func TestAFullQueueDropsOnlyItsOwnSinksEventsAndCountsThem(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		block := make(chan struct{})
+		var first atomic.Bool
+		slow := middleware.EventSinkFunc(func(context.Context, middleware.Event) {
+			if first.CompareAndSwap(false, true) {
+				<-block // holds the worker: the queue fills behind it
+			}
+		})
+		other := &agentsafetest.Recorder{}
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead}),
+			middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
+			middleware.WithEventSink(slow, middleware.SinkQueue(3), middleware.SinkTimeout(time.Hour)),
+			middleware.WithEventSink(other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // 3 events each: one in the call, 3 queued, 2 dropped
+			execute(eng, t.Context(), call{Procedure: procRead}, func(context.Context) (any, error) { return nil, nil })
+			synctest.Wait()
+		}
+		st := eng.Stats()
+		if len(st.Sinks) != 2 || st.Sinks[0].Dropped != 2 || st.Sinks[1].Dropped != 0 {
+			t.Errorf("stats %+v: want 2 drops for the full queue of 3, none for the other sink", st)
+		}
+		if n := len(other.Events()); n != 6 {
+			t.Errorf("the other sink received %d events, want all 6", n)
+		}
+		close(block)
+		synctest.Wait()
+		if st := eng.Stats(); st.Sinks[0].Delivered != 4 {
+			t.Errorf("the full sink delivered %d once unblocked, want the 1+3 it held", st.Sinks[0].Delivered)
+		}
+	})
+}
