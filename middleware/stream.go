@@ -32,6 +32,9 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 	if err := x.admit(); err != nil {
 		return err
 	}
+	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1})); err != nil {
+		return err // no attempt started (nor its span): nothing ran
+	}
 	a := &x.first
 	a.x, a.n = x, 1
 	parent := x.attemptParent(a)
@@ -41,9 +44,6 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 		a.Context, a.cancel = context.WithCancel(parent)
 	}
 	defer a.cancel()
-	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1})); err != nil {
-		return err // no attempt started: nothing ran
-	}
 	x.attempts = 1
 	var r attemptResult
 	func() {
