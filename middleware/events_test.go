@@ -246,3 +246,21 @@ func TestSlogSinkLogsRiskAndWhatAReplayReplayed(t *testing.T) {
 		}
 	}
 }
+
+// An actor function that panics fails closed like one that errs: the call
+// is UNAUTHENTICATED, nothing runs, and the serving goroutine survives
+// (grpc-go does not recover a handler's panic: it would end the process).
+func TestAnActorFunctionThatPanicsFailsClosed(t *testing.T) {
+	f := newFixture(t, procRead, read(0, time.Second), middleware.WithActor(func(context.Context) (middleware.Actor, error) {
+		panic("token parser bug")
+	}))
+	var ran atomic.Bool
+	_, env, err := f.run(t.Context(), procRead, func(context.Context) (any, error) { ran.Store(true); return nil, nil })
+	wantCode(t, env, err, middleware.CodeUnauthenticated)
+	if ran.Load() {
+		t.Fatal("the handler ran although the actor function panicked")
+	}
+	if strings.Contains(env.Error.Message, "token parser bug") {
+		t.Errorf("the panic's text reached the caller: %q", env.Error.Message)
+	}
+}

@@ -129,13 +129,26 @@ func (e *Engine) open(ctx context.Context, proc string, call seam.Call, c *capab
 	}
 	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
 	x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
-	if f := e.cfg.actor; f != nil {
-		x.actor, x.actorErr = f(ctx)
-	}
+	x.actor, x.actorErr = e.actorOf(ctx)
 	if e.observed {
 		x.emitting = make(chan struct{}, 1)
 	}
 	return x
+}
+
+// actorOf asks the application's actor function who ctx's caller is. A
+// panic in it is an error: the call fails closed, UNAUTHENTICATED.
+func (e *Engine) actorOf(ctx context.Context) (a Actor, err error) {
+	f := e.cfg.actor
+	if f == nil {
+		return Actor{}, nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			a, err = Actor{}, fmt.Errorf("agentsafe: the actor function panicked: %v", p)
+		}
+	}()
+	return f(ctx)
 }
 
 // admit runs the rest of stage 2, then the approval gate (stage 3). In
