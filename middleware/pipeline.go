@@ -494,7 +494,10 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 		return // it stopped because its context ended: nothing landed late that it knows of
 	}
 	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID}
-	if r.err != nil {
+	switch {
+	case r.panic != nil:
+		ev.Error, ev.Stack = x.e.redact(r.panic), string(r.panic.Stack)
+	case r.err != nil:
 		ev.Error = x.e.redact(r.err)
 	}
 	x.emit(ev)
