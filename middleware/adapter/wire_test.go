@@ -117,7 +117,7 @@ func TestKeyHostsListWhereKeysMayGo(t *testing.T) {
 	for addr, want := range map[string]bool{
 		"payments.internal": true, "payments.internal:443": true, "PAYMENTS.internal:9000": true,
 		"10.0.0.7:8443": true, "10.0.0.7:80": false, "10.0.0.7": false,
-		"[::1]:8080": true, "evil.example": false, "": false,
+		"[::1]:8080": true, "[::1]": true, "evil.example": false, "": false,
 	} {
 		if got := k.Allows(addr); got != want {
 			t.Errorf("Allows(%q) = %t, want %t", addr, got, want)
