@@ -157,6 +157,10 @@ func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req
 	if c.d.bug != "drops-envelope" || err != nil {
 		adapter.SetHeaders(wire, env)
 	}
+	if c.d.bug == "drops-code-headers" {
+		wire.Del(adapter.HeaderCode)
+		wire.Del(adapter.HeaderRetryable)
+	}
 	if c.d.bug == "keeps-relayed-headers" && out != nil && err == nil {
 		wire.Add(adapter.HeaderExecutionID, "exe_00000000000000000000000000000001")
 	}
@@ -240,6 +244,11 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Policy/hide_wins_over_deny,_deny_over_require_approval,_require_approval_over_allow",
 			"Hidden/a_hidden_call_gets_exactly_what_a_procedure_with_no_handler_gets",
 			"Exposure/a_call_on_a_surface_the_capability_is_not_exposed_on_is_hidden",
+		},
+		"drops-code-headers": {
+			"Wire/an_engine's_failure_carries_Agentsafe-Code,_Agentsafe-Retryable_and_its_status",
+			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
+			"Keys/a_handler's_framework_error_is_replayed_unchanged",
 		},
 		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
 		"drops-envelope": {
