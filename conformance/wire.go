@@ -1,7 +1,9 @@
 package conformance
 
 import (
+	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -51,6 +53,33 @@ var wireRules = []adapterRule{
 			if tc.status != 0 && (r.Status == nil || r.Status.Code != tc.status) {
 				s.Errorf("%s: %s: the client decoded status %+v, want code %d", rule, tc.what, r.Status, tc.status)
 			}
+		}
+	}},
+	{name: "Concurrency/concurrent calls each get their own execution's envelope, headers and response", check: func(s *suite) {
+		const rule = "each execution's envelope, headers and response reach its own caller, however many run at once"
+		const calls = 16
+		reqs, results := make([]Request, calls), make([]Result, calls)
+		for i := range reqs {
+			reqs[i] = s.request(ModeHeaders) // attempt 1 fails after writing a header, attempt 2 succeeds
+		}
+		var wg sync.WaitGroup
+		for i := range reqs {
+			wg.Go(func() { results[i] = s.call(FixtureRead, reqs[i], "") })
+		}
+		wg.Wait()
+		ids := map[string]bool{}
+		for i, r := range results {
+			s.expect(rule, r, middleware.CodeOK)
+			runs := s.wantRuns(rule, reqs[i].ID, 2)
+			id := r.Envelope.ExecutionID
+			if r.Response.ID != reqs[i].ID || r.Response.ExecutionID != id || runs[1].ID != id || r.Header.Get(adapter.HeaderExecutionID) != id ||
+				r.Header.Get(adapter.HeaderAttempts) != "2" || !slices.Equal(r.Header.Values("X-Conformance-Attempt"), []string{"2"}) {
+				s.Errorf("%s: call %s got response %+v, envelope %s, headers %v; its handler ran in %s", rule, reqs[i].ID, r.Response, id, r.Header, runs[1].ID)
+			}
+			if ids[id] {
+				s.Errorf("%s: two calls got execution %s", rule, id)
+			}
+			ids[id] = true
 		}
 	}},
 }
