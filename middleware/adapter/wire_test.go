@@ -180,3 +180,21 @@ func TestQuoteKeyIsAnSFString(t *testing.T) {
 		}
 	}
 }
+
+// A handler that writes an envelope header under a key that is not in
+// canonical form (w.Header()["agentsafe-code"] = ...) must not shadow the
+// envelope either: clients canonicalize what they receive, so a success
+// would read as that code.
+func TestEnvelopeHeadersAreReplacedInAnySpelling(t *testing.T) {
+	h := http.Header{"agentsafe-code": {"TIMEOUT"}, "AGENTSAFE-EXECUTION-ID": {"exe_relayed"}, "X-Own": {"kept"}}
+	adapter.SetHeaders(h, middleware.Envelope{ExecutionID: "exe_1", Status: middleware.StatusCompleted, Attempts: 1})
+	want := http.Header{adapter.HeaderExecutionID: {"exe_1"}, adapter.HeaderAttempts: {"1"}, "X-Own": {"kept"}}
+	if fmt.Sprint(h) != fmt.Sprint(want) {
+		t.Errorf("headers %v, want %v", h, want)
+	}
+	h = http.Header{"agentsafe-replayed": {"true"}, "X-Own": {"kept"}}
+	adapter.DelHeaders(h)
+	if len(h) != 1 || h.Get("X-Own") != "kept" {
+		t.Errorf("DelHeaders left %v", h)
+	}
+}
