@@ -223,7 +223,7 @@ func (x *execution) bind() *Error {
 	d, err := x.call.Input.Digest(x.proc)
 	if err != nil {
 		if strict {
-			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to " + x.boundTo() + ": " + err.Error(), Cause: err}
+			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to " + x.boundTo() + ": " + err.Error(), Cause: unboundInput{err}}
 		}
 		x.bindErr = err // a policy that reads the input refuses it
 		return nil
@@ -231,6 +231,15 @@ func (x *execution) bind() *Error {
 	x.digest, x.eventDigest = d, x.e.keyedDigest(d)
 	return nil
 }
+
+// unboundInput is the cause of a refusal of an input that does not bind.
+// The caller's message says where and why, quoting the offending value;
+// its text, which events carry, quotes none: no payload in events, ever.
+// errors.Is and errors.As still reach the digest's error.
+type unboundInput struct{ err error }
+
+func (u unboundInput) Error() string { return "the input cannot be bound to a digest" }
+func (u unboundInput) Unwrap() error { return u.err }
 
 // requested starts the execution's trail and its trace, once the digest is
 // known (or known not to come). It fails when the strict audit sink did not
