@@ -157,6 +157,10 @@ func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req
 	if c.d.bug != "drops-envelope" || err != nil {
 		adapter.SetHeaders(wire, env)
 	}
+	if c.d.bug == "drops-code-headers" {
+		wire.Del(adapter.HeaderCode)
+		wire.Del(adapter.HeaderRetryable)
+	}
 	if c.d.bug == "keeps-relayed-headers" && out != nil && err == nil {
 		wire.Add(adapter.HeaderExecutionID, "exe_00000000000000000000000000000001")
 	}
@@ -241,6 +245,11 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Hidden/a_hidden_call_gets_exactly_what_a_procedure_with_no_handler_gets",
 			"Exposure/a_call_on_a_surface_the_capability_is_not_exposed_on_is_hidden",
 		},
+		"drops-code-headers": {
+			"Wire/an_engine's_failure_carries_Agentsafe-Code,_Agentsafe-Retryable_and_its_status",
+			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
+			"Keys/a_handler's_framework_error_is_replayed_unchanged",
+		},
 		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
@@ -263,6 +272,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
 			"Keys/a_dedup_window_replays_a_repeat_without_a_key",
+			"Concurrency/concurrent_calls_each_get_their_own_execution's_envelope,_headers_and_response",
 		},
 		"drops-key": {
 			"Keys/a_repeat_with_the_same_key_replays_the_stored_result",

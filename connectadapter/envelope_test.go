@@ -63,6 +63,14 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			req.Header().Set(adapter.HeaderApprovalID, "apr_not-an-id")
 			return c.Read(ctx, req)
 		}, connect.CodeInvalidArgument, adapter.HeaderApprovalID, true},
+		// Two values of a single-valued header are malformed: taking either
+		// would silently drop the other.
+		{"approval header sent twice", func(ctx context.Context, c testv1connectClient) (connect.AnyResponse, error) {
+			req := request(&testv1.Request{})
+			req.Header().Add(adapter.HeaderApprovalID, "apr_00000000000000000000000000000000")
+			req.Header().Add(adapter.HeaderApprovalID, "apr_11111111111111111111111111111111")
+			return c.Read(ctx, req)
+		}, connect.CodeInvalidArgument, adapter.HeaderApprovalID, true},
 	}
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		srv := newServer(t, serverConfig{})

@@ -46,7 +46,9 @@ func EnvelopeFrom(header, trailer metadata.MD, err error) (middleware.Envelope, 
 // a call is made from (see [adapter.OutgoingKey]) on outgoing calls as
 // idempotency-key metadata, only to the listed hosts (host or host:port,
 // as the client connection's target names them). Calls made outside an
-// execution, or to other hosts, are untouched.
+// execution, or to other hosts, are untouched, and so are calls whose
+// outgoing metadata already carries an idempotency-key the application
+// set itself.
 //
 // The key goes out as an RFC 9651 sf-string ("idk_…", quoted), the
 // spelling draft-ietf-httpapi-idempotency-key-header gives it.
@@ -72,8 +74,12 @@ func StreamClientInterceptor(hosts ...string) grpc.StreamClientInterceptor {
 }
 
 // withKey adds the execution's key to the outgoing metadata of a call on
-// cc when its target is listed.
+// cc when its target is listed, and the application did not set a key of
+// its own: that one is kept, alone (two values would be a malformed key).
 func withKey(ctx context.Context, hosts adapter.KeyHosts, cc *grpc.ClientConn) context.Context {
+	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(mdKey)) > 0 {
+		return ctx
+	}
 	if key, ok := hosts.Key(ctx, targetAddr(cc.CanonicalTarget())); ok {
 		return metadata.AppendToOutgoingContext(ctx, mdKey, key)
 	}

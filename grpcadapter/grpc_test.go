@@ -338,6 +338,17 @@ func TestIdempotencyKeyReachesDownstreamUnchangedAcrossRetries(t *testing.T) {
 			if len(keys) != 1 || keys[0] != "" {
 				t.Errorf("a host not listed received the key: %v", keys)
 			}
+
+			// A key the application set itself is kept, alone: two values
+			// would be a malformed key downstream.
+			keys = nil
+			upstream.do = func(ctx context.Context, _ string, _ *testv1.Request) (*testv1.Response, error) {
+				return &testv1.Response{}, tc.call(metadata.AppendToOutgoingContext(ctx, "idempotency-key", `"the-apps-own"`), down)
+			}
+			up.Read(t.Context(), &testv1.Request{})
+			if len(keys) != 1 || keys[0] != `"the-apps-own"` {
+				t.Errorf("downstream saw keys %q, want the application's own key alone", keys)
+			}
 		})
 	}
 }
@@ -356,5 +367,25 @@ func TestNilEnginePanicsAtStartUp(t *testing.T) {
 			}()
 			build()
 		}()
+	}
+}
+
+// Two values of the single-valued agentsafe-approval-id metadata are
+// malformed: taking either would silently drop the other.
+func TestAnApprovalHeaderSentTwiceIsInvalidArgument(t *testing.T) {
+	var runs atomic.Int32
+	svc := &options{do: func(context.Context, string, *testv1.Request) (*testv1.Response, error) {
+		runs.Add(1)
+		return &testv1.Response{}, nil
+	}}
+	c := testv1.NewTestServiceClient(serve(t, newEngine(t, nil), svc))
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "agentsafe-approval-id", "apr_00000000000000000000000000000000",
+		"agentsafe-approval-id", "apr_11111111111111111111111111111111")
+	_, err := c.Read(ctx, &testv1.Request{})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || ourDetail(err).GetCode() != "INVALID_ARGUMENT" || !strings.Contains(st.Message(), adapter.HeaderApprovalID) {
+		t.Errorf("%v, want InvalidArgument naming %s with agentsafe's detail", err, adapter.HeaderApprovalID)
+	}
+	if runs.Load() != 0 {
+		t.Errorf("the handler ran %d times, want none", runs.Load())
 	}
 }

@@ -44,9 +44,8 @@ func UnaryServerInterceptor(eng *middleware.Engine) grpc.UnaryServerInterceptor 
 			return handler(ctx, req)
 		}
 		call := adapter.Call[*headerSink]{Surface: adapter.SurfaceRPC, Status: grpcStatus, IdempotencyKey: callerKey(ctx), Codec: newReplayCodec(info.FullMethod)}
-		if v := metadata.ValueFromIncomingContext(ctx, mdApprovalID); len(v) > 0 {
-			call.ApprovalID = v[0]
-		}
+		// Every value: two are malformed, never one of them taken silently.
+		call.ApprovalID = strings.Join(metadata.ValueFromIncomingContext(ctx, mdApprovalID), ", ")
 		msg, _ := req.(proto.Message)
 		var snapshot proto.Message // the request as the caller sent it, for attempts after the first
 		if msg != nil {

@@ -233,3 +233,34 @@ func TestActorFunction(t *testing.T) {
 		}
 	}
 }
+
+func TestSlogSinkLogsRiskAndWhatAReplayReplayed(t *testing.T) {
+	var buf bytes.Buffer
+	sink := middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))
+	sink.HandleEvent(t.Context(), middleware.Event{Type: middleware.EventReplayed, ExecutionID: "exe_new", Procedure: procWrite,
+		Risk: middleware.RiskHigh, ReplayOf: "exe_original"})
+	out := buf.String()
+	for _, want := range []string{`"risk":"high"`, `"replay_of":"exe_original"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("slog output lacks %s: an audit trail read from the log must show it:\n%s", want, out)
+		}
+	}
+}
+
+// An actor function that panics fails closed like one that errs: the call
+// is UNAUTHENTICATED, nothing runs, and the serving goroutine survives
+// (grpc-go does not recover a handler's panic: it would end the process).
+func TestAnActorFunctionThatPanicsFailsClosed(t *testing.T) {
+	f := newFixture(t, procRead, read(0, time.Second), middleware.WithActor(func(context.Context) (middleware.Actor, error) {
+		panic("token parser bug")
+	}))
+	var ran atomic.Bool
+	_, env, err := f.run(t.Context(), procRead, func(context.Context) (any, error) { ran.Store(true); return nil, nil })
+	wantCode(t, env, err, middleware.CodeUnauthenticated)
+	if ran.Load() {
+		t.Fatal("the handler ran although the actor function panicked")
+	}
+	if strings.Contains(env.Error.Message, "token parser bug") {
+		t.Errorf("the panic's text reached the caller: %q", env.Error.Message)
+	}
+}

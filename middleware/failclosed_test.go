@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -350,3 +351,20 @@ func TestStartUpWarnsOnceAboutRiskyConfigurations(t *testing.T) {
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// An input refused because it cannot be bound is told to its caller in
+// detail (where, and which number), but events carry no payload, ever:
+// the value that did not bind stays out of the trail.
+func TestAnUnboundInputsValuesStayOutOfEvents(t *testing.T) {
+	g := newGated(t, plainWriteGate)
+	env, err, _ := g.call(agent, adapter.JSONInput([]byte(`{"card":41111111111111111111}`)), "")
+	wantCode(t, env, err, middleware.CodeInvalidArgument)
+	if !strings.Contains(env.Error.Message, "41111111111111111111") {
+		t.Errorf("the caller's message %q should say which number does not bind", env.Error.Message)
+	}
+	for _, e := range g.events(env.ExecutionID) {
+		if strings.Contains(fmt.Sprintf("%+v", e), "41111111111111111111") {
+			t.Errorf("event %s carries the input's value: %+v", e.Type, e)
+		}
+	}
+}

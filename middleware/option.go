@@ -135,8 +135,8 @@ func WithStrict() Option {
 }
 
 // WithActor sets the function that says who a call is for, from the context
-// the application's authentication prepared. Its error fails the call with
-// CodeUnauthenticated. Without it every call has the zero Actor, which is
+// the application's authentication prepared. Its error, or a panic in it,
+// fails the call with CodeUnauthenticated. Without it every call has the zero Actor, which is
 // enough unless a capability needs an approval.
 func WithActor(f func(ctx context.Context) (Actor, error)) Option {
 	return optionFunc(func(c *config) { c.actor = f })

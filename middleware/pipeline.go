@@ -131,13 +131,26 @@ func (e *Engine) open(ctx context.Context, proc string, call seam.Call, c *capab
 	}
 	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
 	x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
-	if f := e.cfg.actor; f != nil {
-		x.actor, x.actorErr = f(ctx)
-	}
+	x.actor, x.actorErr = e.actorOf(ctx)
 	if e.observed {
 		x.emitting = make(chan struct{}, 1)
 	}
 	return x
+}
+
+// actorOf asks the application's actor function who ctx's caller is. A
+// panic in it is an error: the call fails closed, UNAUTHENTICATED.
+func (e *Engine) actorOf(ctx context.Context) (a Actor, err error) {
+	f := e.cfg.actor
+	if f == nil {
+		return Actor{}, nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			a, err = Actor{}, fmt.Errorf("agentsafe: the actor function panicked: %v", p)
+		}
+	}()
+	return f(ctx)
 }
 
 // admit runs the rest of stage 2, then the approval gate (stage 3). In
@@ -212,7 +225,7 @@ func (x *execution) bind() *Error {
 	d, err := x.call.Input.Digest(x.proc)
 	if err != nil {
 		if strict {
-			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to " + x.boundTo() + ": " + err.Error(), Cause: err}
+			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to " + x.boundTo() + ": " + err.Error(), Cause: unboundInput{err}}
 		}
 		x.bindErr = err // a policy that reads the input refuses it
 		return nil
@@ -220,6 +233,15 @@ func (x *execution) bind() *Error {
 	x.digest, x.eventDigest = d, x.e.keyedDigest(d)
 	return nil
 }
+
+// unboundInput is the cause of a refusal of an input that does not bind.
+// The caller's message says where and why, quoting the offending value;
+// its text, which events carry, quotes none: no payload in events, ever.
+// errors.Is and errors.As still reach the digest's error.
+type unboundInput struct{ err error }
+
+func (u unboundInput) Error() string { return "the input cannot be bound to a digest" }
+func (u unboundInput) Unwrap() error { return u.err }
 
 // requested starts the execution's trail and its trace, once the digest is
 // known (or known not to come). It fails when the strict audit sink did not
@@ -483,7 +505,10 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 		return // it stopped because its context ended: nothing landed late that it knows of
 	}
 	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID}
-	if r.err != nil {
+	switch {
+	case r.panic != nil:
+		ev.Error, ev.Stack = x.e.redact(r.panic), string(r.panic.Stack)
+	case r.err != nil:
 		ev.Error = x.e.redact(r.err)
 	}
 	x.emit(ev)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -455,5 +456,27 @@ func TestHandlerCtxErrorIsClassifiedByCause(t *testing.T) {
 			return nil, fmt.Errorf("query aborted: %w", ctx.Err())
 		})
 		wantCode(t, env, err, middleware.CodeTimeout)
+	})
+}
+
+// An abandoned attempt that panics when it finally returns is reported
+// like a panic anywhere: capability.abandoned_result carries the panic's
+// redacted text and its stack, for the operator who must find out what
+// the late attempt did.
+func TestALatePanicIsReportedWithItsStack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		f := newFixture(t, procRead, read(0, 100*time.Millisecond))
+		_, env, err := f.run(t.Context(), procRead, func(context.Context) (any, error) {
+			time.Sleep(time.Hour) // ignores its context
+			panic("late bug")
+		})
+		wantCode(t, env, err, middleware.CodeTimeout)
+		time.Sleep(2 * time.Hour)
+		synctest.Wait()
+		evs := f.events(env.ExecutionID)
+		last := evs[len(evs)-1]
+		if last.Type != middleware.EventAbandonedResult || last.Succeeded || !strings.Contains(last.Error, "late bug") || !strings.Contains(last.Stack, "goroutine") {
+			t.Errorf("last event %s succeeded=%t error=%q stack %d bytes; want abandoned_result, failed, with the panic and its stack", last.Type, last.Succeeded, last.Error, len(last.Stack))
+		}
 	})
 }

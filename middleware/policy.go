@@ -333,9 +333,7 @@ func (e *Engine) listed(ctx context.Context, proc string, c *capability, s Surfa
 		return true
 	}
 	x := &execution{e: e, cap: c, proc: proc, call: seam.Call{Surface: uint8(s)}, ctx: ctx}
-	if f := e.cfg.actor; f != nil {
-		x.actor, x.actorErr = f(ctx)
-	}
+	x.actor, x.actorErr = e.actorOf(ctx)
 	in := x.policyInput(true)
 	for _, np := range e.cfg.policies {
 		if _, cond := np.p.(condition); cond {

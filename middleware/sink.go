@@ -382,7 +382,7 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	if !s.l.Enabled(ctx, level) {
 		return
 	}
-	var buf [20]slog.Attr
+	var buf [24]slog.Attr
 	attrs := buf[:0]
 	add := func(cond bool, a slog.Attr) {
 		if cond {
@@ -394,6 +394,7 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.Actor.Tenant != "", slog.String("tenant", e.Actor.Tenant))
 	add(e.InputDigest != "", slog.String("input_digest", e.InputDigest))
 	add(e.SideEffect != SideEffectUnspecified, slog.String("side_effect", e.SideEffect.String()))
+	add(e.SideEffect != SideEffectUnspecified || e.Risk != RiskLow, slog.String("risk", e.Risk.String()))
 	add(e.Attempt > 0, slog.Int("attempt", e.Attempt))
 	add(e.Attempts > 0, slog.Int("attempts", e.Attempts))
 	add(e.PreviousErrorCode != CodeOK, slog.String("previous_error_code", e.PreviousErrorCode.String()))
@@ -407,5 +408,6 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.Type == EventAbandonedResult, slog.Bool("succeeded", e.Succeeded))
 	add(e.Error != "", slog.String("error", e.Error))
 	add(e.Stack != "", slog.String("stack", e.Stack))
+	add(e.ReplayOf != "", slog.String("replay_of", e.ReplayOf))
 	s.l.LogAttrs(ctx, level, string(e.Type), attrs...)
 }

@@ -225,3 +225,80 @@ func typesBefore(s *auditSink) []middleware.EventType {
 	}
 	return []middleware.EventType{middleware.EventRequested}
 }
+
+// A strict audit sink that fails at capability.started after the result
+// store claimed the caller's key gives the key back: nothing ran, so the
+// repeat runs rather than finding the key in flight or in doubt.
+func TestAStrictAuditFailureAtStartedReleasesTheClaim(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		audit := &auditSink{}
+		started := middleware.EventStarted
+		audit.fail.Store(&started)
+		r := oneResult(t, writeCap, middleware.WithAuditSink(audit))
+		c := keyedCall{key: "order-7-refund"}
+		_, env, err := r.call(t.Context(), c, refunded)
+		wantCode(t, env, err, middleware.CodeAuditUnavailable)
+		r.wantRuns("nothing runs on a start the audit trail did not record", 0)
+		audit.fail.Store(nil)
+		_, env, err = r.call(t.Context(), c, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		r.wantRuns("the repeat runs: the failed start gave its claim back", 1)
+		if env.Replayed {
+			t.Errorf("the repeat replayed a start that never ran: %+v", env)
+		}
+	})
+}
+
+// A write stream refused because the strict audit sink could not record
+// capability.started never started an attempt: its envelope counts none,
+// and re-invoking it is safe.
+func TestAStreamRefusedAtStartedRanNoAttempt(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		f := newFixture(t, procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite, Streaming: true},
+			middleware.WithAuditSink(&auditSink{failOn: middleware.EventStarted}))
+		var runs atomic.Int32
+		env, err := executeStream(f.eng, t.Context(), call{Procedure: procWrite}, func(context.Context) error { runs.Add(1); return nil })
+		wantCode(t, env, err, middleware.CodeAuditUnavailable)
+		if runs.Load() != 0 || env.Attempts != 0 || !env.Error.Retryable {
+			t.Errorf("%d runs, envelope %d attempts, retryable %t; want none, 0 and true: nothing ran", runs.Load(), env.Attempts, env.Error.Retryable)
+		}
+	})
+}
+
+// A sink whose queue (SinkQueue) is full drops the events it cannot hold,
+// exactly those, counted in Engine.Stats; another sink loses none of them.
+func TestAFullQueueDropsOnlyItsOwnSinksEventsAndCountsThem(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		block := make(chan struct{})
+		var first atomic.Bool
+		slow := middleware.EventSinkFunc(func(context.Context, middleware.Event) {
+			if first.CompareAndSwap(false, true) {
+				<-block // holds the worker: the queue fills behind it
+			}
+		})
+		other := &agentsafetest.Recorder{}
+		eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead}),
+			middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
+			middleware.WithEventSink(slow, middleware.SinkQueue(3), middleware.SinkTimeout(time.Hour)),
+			middleware.WithEventSink(other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // 3 events each: one in the call, 3 queued, 2 dropped
+			execute(eng, t.Context(), call{Procedure: procRead}, func(context.Context) (any, error) { return nil, nil })
+			synctest.Wait()
+		}
+		st := eng.Stats()
+		if len(st.Sinks) != 2 || st.Sinks[0].Dropped != 2 || st.Sinks[1].Dropped != 0 {
+			t.Errorf("stats %+v: want 2 drops for the full queue of 3, none for the other sink", st)
+		}
+		if n := len(other.Events()); n != 6 {
+			t.Errorf("the other sink received %d events, want all 6", n)
+		}
+		close(block)
+		synctest.Wait()
+		if st := eng.Stats(); st.Sinks[0].Delivered != 4 {
+			t.Errorf("the full sink delivered %d once unblocked, want the 1+3 it held", st.Sinks[0].Delivered)
+		}
+	})
+}

@@ -32,6 +32,9 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 	if err := x.admit(); err != nil {
 		return err
 	}
+	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1})); err != nil {
+		return err // no attempt started (nor its span): nothing ran
+	}
 	a := &x.first
 	a.x, a.n = x, 1
 	parent := x.attemptParent(a)
@@ -42,9 +45,6 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 	}
 	defer a.cancel()
 	x.attempts = 1
-	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1})); err != nil {
-		return err
-	}
 	var r attemptResult
 	func() {
 		defer func() {

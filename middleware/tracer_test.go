@@ -237,6 +237,19 @@ func TestTracerOnStreams(t *testing.T) {
 	tr.want(t, "start execution", "start attempt 1 under true", "end attempt 1 EXECUTION_FAILED", "end execution EXECUTION_FAILED")
 }
 
+// A stream the strict audit sink refuses at capability.started starts no
+// attempt, so no attempt span is left open: every span started is ended.
+func TestTracerOnAStreamRefusedAtStarted(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		tr := &recordingTracer{}
+		f := newFixture(t, procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true}, middleware.WithTracer(tr),
+			middleware.WithAuditSink(&auditSink{failOn: middleware.EventStarted}))
+		env, err := executeStream(f.eng, t.Context(), call{Procedure: procRead}, func(context.Context) error { return nil })
+		wantCode(t, env, err, middleware.CodeAuditUnavailable)
+		tr.want(t, "start execution", "end execution AUDIT_UNAVAILABLE")
+	})
+}
+
 // lazyTracer returns no context and no end functions.
 type lazyTracer struct{ calls int }
 

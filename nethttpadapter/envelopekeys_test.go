@@ -51,3 +51,26 @@ func TestHandlerTrailersCannotCarryTheEnvelopesKeys(t *testing.T) {
 	}
 	h.final()
 }
+
+// A handler that writes an envelope header under a key in another case,
+// by assigning to the header map (w.Header()["agentsafe-code"]), must not
+// turn a success into that code on the wire: clients canonicalize what
+// they receive.
+func TestHandlerHeadersInAnyCaseCannotCarryTheEnvelopesKeys(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, middleware.NewRegistry().Register("w", read(middleware.Capability{})), func(eng *middleware.Engine) http.Handler {
+		return nethttpadapter.Wrap(eng, "w", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["agentsafe-code"] = []string{"TIMEOUT"}
+			w.Header()["agentsafe-retryable"] = []string{"true"}
+			w.Header()["agentsafe-execution-id"] = []string{"exe_forged"}
+			_, _ = io.WriteString(w, "body")
+		}))
+	})
+	resp, _ := h.post("/", "", "")
+	env := envelope(t, resp)
+	if resp.StatusCode != http.StatusOK || env.Error != nil || env.ExecutionID == "exe_forged" || len(resp.Header.Values(adapter.HeaderExecutionID)) != 1 ||
+		resp.Header.Get(adapter.HeaderCode) != "" {
+		t.Errorf("%d, headers %v read as %+v; want a completed envelope, the engine's alone", resp.StatusCode, resp.Header, env)
+	}
+	h.final()
+}

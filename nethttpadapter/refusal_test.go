@@ -213,3 +213,24 @@ func TestWrapMuxServesUngovernedPatternsUntouched(t *testing.T) {
 		t.Errorf("an ungoverned pattern was governed: header %v", resp.Header)
 	}
 }
+
+// Two values of the single-valued Agentsafe-Approval-Id header are
+// malformed: taking either would silently drop the other.
+func TestAnApprovalHeaderSentTwiceIsInvalidArgument(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	h := newHarness(t, middleware.NewRegistry().Register("r", middleware.Capability{SideEffect: middleware.SideEffectRead}), func(eng *middleware.Engine) http.Handler {
+		return nethttpadapter.Wrap(eng, "r", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs.Add(1) }))
+	})
+	req, _ := http.NewRequest(http.MethodGet, h.srv.URL, nil)
+	req.Header.Add(adapter.HeaderApprovalID, "apr_00000000000000000000000000000000")
+	req.Header.Add(adapter.HeaderApprovalID, "apr_11111111111111111111111111111111")
+	resp, _ := h.do(req)
+	env := envelope(t, resp)
+	if resp.StatusCode != http.StatusBadRequest || env.Error == nil || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(env.Error.Message, adapter.HeaderApprovalID) {
+		t.Errorf("%d %+v, want 400 INVALID_ARGUMENT naming %s", resp.StatusCode, env.Error, adapter.HeaderApprovalID)
+	}
+	if runs.Load() != 0 {
+		t.Errorf("the handler ran %d times, want none", runs.Load())
+	}
+}

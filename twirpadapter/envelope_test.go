@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +286,34 @@ func TestRelayedErrorCarriesThisExecutionsEnvelope(t *testing.T) {
 	}
 	if env.ExecutionID != final.ExecutionID || env.Error.Code != middleware.CodeExecutionFailed || env.ApprovalID != "" {
 		t.Errorf("envelope %+v (error %+v): want this execution %s, EXECUTION_FAILED, no approval", env, env.Error, final.ExecutionID)
+	}
+}
+
+// Two values of the single-valued Agentsafe-Approval-Id header are
+// malformed: taking either would silently drop the other.
+func TestAnApprovalHeaderSentTwiceIsInvalidArgument(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	svc := &service{hook: func(context.Context, *testv1.Request, middleware.Execution) (*testv1.Response, error) {
+		runs.Add(1)
+		return &testv1.Response{}, nil
+	}}
+	h := newHarness(t, nil, svc)
+	client := h.client(testv1.NewTestServiceJSONClient)
+	env, _, err := call(t.Context(), func(ctx context.Context) error {
+		ctx, err := twirp.WithHTTPRequestHeaders(ctx, http.Header{adapter.HeaderApprovalID: {
+			"apr_00000000000000000000000000000000", "apr_11111111111111111111111111111111"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = client.Read(ctx, &testv1.Request{})
+		return err
+	})
+	h.final()
+	if te := twerr(t, err); te.Code() != twirp.InvalidArgument || env.Error.Code != middleware.CodeInvalidArgument || !strings.Contains(te.Msg(), adapter.HeaderApprovalID) {
+		t.Errorf("%s %q (envelope %+v), want invalid_argument naming %s", te.Code(), te.Msg(), env.Error, adapter.HeaderApprovalID)
+	}
+	if runs.Load() != 0 {
+		t.Errorf("the handler ran %d times, want none", runs.Load())
 	}
 }

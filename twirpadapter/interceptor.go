@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -28,7 +29,7 @@ func interceptor(eng *middleware.Engine) twirp.Interceptor {
 			if !ok { // fail closed: the generated server was mounted, not Wrap's
 				return nil, twirp.InternalError("twirpadapter: serve the *Server that Wrap returned")
 			}
-			call := adapter.Call[*result]{ApprovalID: w.req.Get(adapter.HeaderApprovalID), Surface: adapter.SurfaceRPC, Status: status,
+			call := adapter.Call[*result]{ApprovalID: strings.Join(w.req.Values(adapter.HeaderApprovalID), ", "), Surface: adapter.SurfaceRPC, Status: status,
 				IdempotencyKey: callerKey(w.req), Codec: newReplayCodec(route.Procedure())}
 			msg, _ := req.(proto.Message) // always one, for generated code
 			var snapshot proto.Message

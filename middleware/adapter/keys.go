@@ -56,6 +56,8 @@ func (k KeyHosts) Allows(addr string) bool {
 	host := addr
 	if h, _, err := net.SplitHostPort(addr); err == nil {
 		host = h
+	} else if strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]") {
+		host = addr[1 : len(addr)-1] // an IPv6 literal without a port, as a URL's Host spells it
 	}
 	return slices.Contains(k.hosts, addr) || slices.Contains(k.hosts, host)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
@@ -79,12 +80,20 @@ func SetHeaders(h http.Header, env middleware.Envelope) {
 	}
 }
 
-// DelHeaders removes the envelope's headers from h: a handler's copies (of a
-// downstream response, say) belong to another execution, and must never
-// shadow this one's.
+// DelHeaders removes the envelope's headers from h, in any spelling of
+// their names: a handler's copies (of a downstream response, say) belong to
+// another execution, and must never shadow this one's.
 func DelHeaders(h http.Header) {
+	const prefix = "agentsafe-"
 	for _, k := range envelopeHeaders {
 		delete(h, k)
+	}
+	for k := range h {
+		// A key set by assigning to the map directly, not in canonical
+		// form: clients canonicalize what they receive.
+		if len(k) > len(prefix) && strings.EqualFold(k[:len(prefix)], prefix) && IsEnvelopeHeader(k) {
+			delete(h, k)
+		}
 	}
 }
 

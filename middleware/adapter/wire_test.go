@@ -117,7 +117,7 @@ func TestKeyHostsListWhereKeysMayGo(t *testing.T) {
 	for addr, want := range map[string]bool{
 		"payments.internal": true, "payments.internal:443": true, "PAYMENTS.internal:9000": true,
 		"10.0.0.7:8443": true, "10.0.0.7:80": false, "10.0.0.7": false,
-		"[::1]:8080": true, "evil.example": false, "": false,
+		"[::1]:8080": true, "[::1]": true, "evil.example": false, "": false,
 	} {
 		if got := k.Allows(addr); got != want {
 			t.Errorf("Allows(%q) = %t, want %t", addr, got, want)
@@ -220,5 +220,23 @@ func TestErrorDetailCarriesTheApprovalHints(t *testing.T) {
 	adapter.SetHeaders(h, env)
 	if h.Get(adapter.HeaderApprovalURL) != env.ApprovalURL || h.Get(adapter.HeaderApprovalExpires) != "2026-12-03T14:30:00Z" {
 		t.Errorf("the headers must carry the hints: %v", h)
+	}
+}
+
+// A handler that writes an envelope header under a key that is not in
+// canonical form (w.Header()["agentsafe-code"] = ...) must not shadow the
+// envelope either: clients canonicalize what they receive, so a success
+// would read as that code.
+func TestEnvelopeHeadersAreReplacedInAnySpelling(t *testing.T) {
+	h := http.Header{"agentsafe-code": {"TIMEOUT"}, "AGENTSAFE-EXECUTION-ID": {"exe_relayed"}, "X-Own": {"kept"}}
+	adapter.SetHeaders(h, middleware.Envelope{ExecutionID: "exe_1", Status: middleware.StatusCompleted, Attempts: 1})
+	want := http.Header{adapter.HeaderExecutionID: {"exe_1"}, adapter.HeaderAttempts: {"1"}, "X-Own": {"kept"}}
+	if fmt.Sprint(h) != fmt.Sprint(want) {
+		t.Errorf("headers %v, want %v", h, want)
+	}
+	h = http.Header{"agentsafe-replayed": {"true"}, "X-Own": {"kept"}}
+	adapter.DelHeaders(h)
+	if len(h) != 1 || h.Get("X-Own") != "kept" {
+		t.Errorf("DelHeaders left %v", h)
 	}
 }
