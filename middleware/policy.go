@@ -317,7 +317,7 @@ func (x *execution) inputJSON() ([]byte, error) {
 // unbound is the refusal of a call whose safety depends on an input that
 // cannot be bound faithfully.
 func (x *execution) unbound(err error) *Error {
-	return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: err}
+	return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to an approval: " + err.Error(), Cause: unboundInput{err}}
 }
 
 // listed reports whether the capability c of proc is listed as a tool on

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -507,4 +508,23 @@ func TestAHiddenCallIsNeverAReplay(t *testing.T) {
 		t.Fatalf("a repeat of a stored key, now hidden: %v, %v, %+v", v, err, env)
 	}
 	r.wantRuns("a hidden call is never a replay", 1)
+}
+
+// A policy that read an input which does not bind refuses the call; the
+// caller is told which value, but events carry no payload, ever.
+func TestAnUnboundInputAPolicyReadStaysOutOfEvents(t *testing.T) {
+	reader, _ := policied(t, plainWrite, policy{"reader", func(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
+		_, err := in.Input()
+		return middleware.Allow(), err
+	}})
+	env, err, runs := runRefund(reader, middleware.SurfaceRPC, adapter.JSONInput([]byte(`{"card":41111111111111111111}`)))
+	wantCode(t, env, err, middleware.CodeInvalidArgument)
+	if runs != 0 {
+		t.Fatal("the handler ran")
+	}
+	for _, e := range reader.events(env.ExecutionID) {
+		if strings.Contains(fmt.Sprintf("%+v", e), "41111111111111111111") {
+			t.Errorf("event %s carries the input's value: %+v", e.Type, e)
+		}
+	}
 }
