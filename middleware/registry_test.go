@@ -139,3 +139,24 @@ func TestHintsFollowTheMetadata(t *testing.T) {
 		}
 	}
 }
+
+// Approval.Quorum defaults to 1: the capabilities an engine lists, and
+// what an adapter resolves, say so rather than the Go zero value.
+func TestListedCapabilitiesResolveTheDefaultQuorumOfOne(t *testing.T) {
+	eng, err := middleware.New(middleware.NewRegistry().
+		Register("/s.V1/Default", middleware.Capability{SideEffect: middleware.SideEffectRead}).
+		Register("/s.V1/Two", middleware.Capability{SideEffect: middleware.SideEffectRead, Approval: middleware.Approval{Quorum: 2}}),
+		middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"/s.V1/Default": 1, "/s.V1/Two": 2}
+	for p, c := range eng.Capabilities() {
+		if c.Approval.Quorum != want[p] {
+			t.Errorf("Capabilities() lists %s with quorum %d, want %d", p, c.Approval.Quorum, want[p])
+		}
+	}
+	if c, _ := adapter.Resolve(eng, "/s.V1/Default").Capability(); c.Approval.Quorum != 1 {
+		t.Errorf("Resolve gives quorum %d, want the default 1", c.Approval.Quorum)
+	}
+}
