@@ -143,3 +143,65 @@ func TestOptionsTheEngineWasNotBuiltWithFailClosed(t *testing.T) {
 		t.Error("a method without the option must still pass through")
 	}
 }
+
+// An enum number in a method option that is not one of the declared values
+// is invalid, however large: it never wraps around into a valid side
+// effect, risk or surface. Every duration of the option is checked for
+// its sign, and the counts too.
+func TestOutOfRangeOptionValuesNeverBecomeValidOnes(t *testing.T) {
+	method := func(name string, c *agentsafev1.Capability) *descriptorpb.MethodDescriptorProto {
+		opts := &descriptorpb.MethodOptions{}
+		proto.SetExtension(opts, agentsafev1.E_Capability, c)
+		return &descriptorpb.MethodDescriptorProto{Name: proto.String(name), InputType: proto.String(".range.v1.M"), OutputType: proto.String(".range.v1.M"), Options: opts}
+	}
+	read := agentsafev1.SideEffect_SIDE_EFFECT_READ
+	fd := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("range/v1/range.proto"), Package: proto.String("range.v1"), Syntax: proto.String("proto3"),
+		Dependency:  []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M")}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Range"), Method: []*descriptorpb.MethodDescriptorProto{
+			method("SideEffect259", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect(259)}), // 259 mod 256 = write
+			method("RiskNegative", &agentsafev1.Capability{SideEffect: read, Risk: agentsafev1.Risk(-255)}),
+			method("Risk258", &agentsafev1.Capability{SideEffect: read, Risk: agentsafev1.Risk(258)}), // 258-1 mod 256 = medium
+			method("Surface257", &agentsafev1.Capability{SideEffect: read, Exposure: []agentsafev1.Surface{agentsafev1.Surface(257)}}),
+			method("NegativeBackoff", &agentsafev1.Capability{SideEffect: read, Retry: &agentsafev1.Retry{Backoff: durationpb.New(-time.Millisecond)}}),
+			method("NegativeRetries", &agentsafev1.Capability{SideEffect: read, Retry: &agentsafev1.Retry{MaxRetries: -1}}),
+			method("NegativeExpiry", &agentsafev1.Capability{SideEffect: read, Approval: &agentsafev1.Approval{ExpiresIn: durationpb.New(-time.Minute)}}),
+			method("NegativeQuorum", &agentsafev1.Capability{SideEffect: read, Approval: &agentsafev1.Approval{Quorum: -2}}),
+			method("NegativeDedup", &agentsafev1.Capability{SideEffect: read, Dedup: durationpb.New(-time.Second)}),
+			method("MalformedTimeout", &agentsafev1.Capability{SideEffect: read, Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}}),
+		}}},
+	}
+	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(file); err != nil {
+		t.Fatal(err)
+	}
+	_, err = middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithLogger(discard))
+	var verr *middleware.ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("New accepted out-of-range options: %v", err)
+	}
+	for _, want := range []string{
+		"/range.v1.Range/SideEffect259 (option): SideEffect: ",
+		"/range.v1.Range/RiskNegative (option): Risk: ",
+		"/range.v1.Range/Risk258 (option): Risk: ",
+		"/range.v1.Range/Surface257 (option): Exposure: ",
+		"/range.v1.Range/NegativeBackoff (option): Retry.Backoff: must not be negative",
+		"/range.v1.Range/NegativeRetries (option): Retry.MaxRetries: must not be negative",
+		"/range.v1.Range/NegativeExpiry (option): Approval.ExpiresIn: must not be negative",
+		"/range.v1.Range/NegativeQuorum (option): Approval.Quorum: must not be negative",
+		"/range.v1.Range/NegativeDedup (option): Dedup: must not be negative",
+		"/range.v1.Range/MalformedTimeout (option): Timeout: ",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "SideEffect: unknown enum value 259") {
+		t.Errorf("no problem names the number written, 259:\n%v", err)
+	}
+}
