@@ -160,3 +160,21 @@ func TestListedCapabilitiesResolveTheDefaultQuorumOfOne(t *testing.T) {
 		t.Errorf("Resolve gives quorum %d, want the default 1", c.Approval.Quorum)
 	}
 }
+
+// Every field's default, on an engine built without WithDefaults: a
+// capability that only names its side effect is listed with them.
+func TestEveryFieldHasItsDocumentedDefault(t *testing.T) {
+	eng, err := middleware.New(middleware.NewRegistry().Register("/s.V1/Bare", middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+		middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range eng.Capabilities() {
+		if c.Risk != middleware.RiskLow || c.Description != "" || c.Idempotent || c.Timeout != 30*time.Second ||
+			c.Retry.MaxRetries != 0 || c.Retry.Backoff != 250*time.Millisecond || c.Retry.RetryOn != nil ||
+			c.Approval.Required || c.Approval.Type != "" || c.Approval.ExpiresIn != 15*time.Minute || c.Approval.Quorum != 1 ||
+			c.Dedup != 0 || !c.Exposed(middleware.SurfaceRPC) || !c.Exposed(middleware.SurfaceHTTP) || c.Exposed(middleware.SurfaceMCP) {
+			t.Errorf("defaults resolved to %+v", c)
+		}
+	}
+}
