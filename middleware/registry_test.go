@@ -178,3 +178,21 @@ func TestEveryFieldHasItsDocumentedDefault(t *testing.T) {
 		}
 	}
 }
+
+// The registry is read once, by New: what is registered afterwards,
+// a new procedure or a second entry for a governed one, changes nothing.
+func TestRegisteringAfterNewHasNoEffect(t *testing.T) {
+	reg := middleware.NewRegistry().Register("/s.V1/Read", middleware.Capability{SideEffect: middleware.SideEffectRead})
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Register("/s.V1/Late", middleware.Capability{SideEffect: middleware.SideEffectWrite}).
+		Register("/s.V1/Read", middleware.Capability{SideEffect: middleware.SideEffectDestructive})
+	if adapter.Resolve(eng, "/s.V1/Late").Governed() {
+		t.Error("a procedure registered after New is governed")
+	}
+	if c, _ := adapter.Resolve(eng, "/s.V1/Read").Capability(); c.SideEffect != middleware.SideEffectRead {
+		t.Errorf("a second entry registered after New changed the capability to %s", c.SideEffect)
+	}
+}
