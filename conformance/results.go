@@ -17,7 +17,8 @@ import (
 type ResultStoreUnderTest struct {
 	Store store.ResultStore
 	// Advance moves the clock the store decides leases and retention with
-	// forward by d.
+	// forward by d. Required, like Store: the suite refuses a store under
+	// test without it.
 	Advance func(d time.Duration)
 }
 
@@ -28,9 +29,25 @@ func RunResultStore(t *testing.T, open func(t *testing.T) ResultStoreUnderTest) 
 	t.Helper()
 	for _, r := range resultRules {
 		t.Run(r.name, func(t *testing.T) {
-			r.check(&resultCheck{T: t, s: open(t), ctx: t.Context()})
+			s := open(t)
+			if l := s.lacks(); l != "" {
+				t.Fatalf("conformance: RunResultStore's open returned no %s: every rule needs a fresh store and a hook that moves its clock", l)
+			}
+			r.check(&resultCheck{T: t, s: s, ctx: t.Context()})
 		})
 	}
+}
+
+// lacks names the first field a rule cannot do without that s leaves
+// nil, or "".
+func (s ResultStoreUnderTest) lacks() string {
+	switch {
+	case s.Store == nil:
+		return "Store"
+	case s.Advance == nil:
+		return "Advance"
+	}
+	return ""
 }
 
 type resultCheck struct {

@@ -18,6 +18,7 @@ import (
 type StoreUnderTest struct {
 	Store store.ApprovalStore
 	// Advance moves the clock the store decides expiry with forward by d.
+	// Required, like Store: the suite refuses a store under test without it.
 	Advance func(d time.Duration)
 	// MaxPending is the store's cap on pending records per requester, or 0
 	// to skip the cap's subtest.
@@ -36,12 +37,27 @@ func RunStore(t *testing.T, open func(t *testing.T) StoreUnderTest) {
 	for _, r := range storeRules {
 		t.Run(r.name, func(t *testing.T) {
 			s := open(t)
+			if l := s.lacks(); l != "" {
+				t.Fatalf("conformance: RunStore's open returned no %s: every rule needs a fresh store and a hook that moves its clock", l)
+			}
 			if s.Retention <= 0 {
 				s.Retention = 24 * time.Hour
 			}
 			r.check(&storeCheck{T: t, s: s, ctx: t.Context()})
 		})
 	}
+}
+
+// lacks names the first field a rule cannot do without that s leaves
+// nil, or "".
+func (s StoreUnderTest) lacks() string {
+	switch {
+	case s.Store == nil:
+		return "Store"
+	case s.Advance == nil:
+		return "Advance"
+	}
+	return ""
 }
 
 type storeCheck struct {

@@ -181,6 +181,8 @@ func (e *Engine) resolve(proc string, c Capability) *capability {
 func (c *capability) resolved() Capability {
 	out := c.Capability
 	out.Timeout, out.Retry.Backoff, out.Approval.ExpiresIn = c.timeout, c.backoff, c.expiresIn
+	// Zero means the default quorum, one approver.
+	out.Approval.Quorum = max(out.Approval.Quorum, 1)
 	out.Exposure = slices.Clone(c.Exposure) // a reader's copy can never change where it is served
 	return out
 }

@@ -51,11 +51,22 @@ func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 		Retry:       Retry{MaxRetries: int(pc.GetRetry().GetMaxRetries())},
 		Approval:    Approval{Required: pc.GetApproval().GetRequired(), Type: pc.GetApproval().GetType(), Quorum: int(pc.GetApproval().GetQuorum())},
 	}
-	// The enums share their numbering with SideEffect and Risk (shifted by
-	// the unspecified value), so unknown numbers become invalid values that
-	// validation reports by name.
-	c.SideEffect = SideEffect(pc.GetSideEffect())
-	if r := pc.GetRisk(); r != agentsafev1.Risk_RISK_UNSPECIFIED {
+	// The enums share their numbering with SideEffect, Risk (shifted by the
+	// unspecified value) and Surface, so unknown numbers up to 255 become
+	// invalid values that validation reports by name. A number past a
+	// byte is reported here: converted, it would wrap around into a valid
+	// value.
+	wraps := func(field string, n int32) bool {
+		if n >= 0 && n <= 255 {
+			return false
+		}
+		bad(field, "unknown enum value %d", n)
+		return true
+	}
+	if n := int32(pc.GetSideEffect()); !wraps("SideEffect", n) {
+		c.SideEffect = SideEffect(n)
+	} // else unspecified, which validation reports too
+	if r := int32(pc.GetRisk()); r != int32(agentsafev1.Risk_RISK_UNSPECIFIED) && !wraps("Risk", r) {
 		c.Risk = Risk(r - 1)
 	}
 	dur := func(field string, d *durationpb.Duration) time.Duration {
@@ -69,7 +80,9 @@ func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 		return d.AsDuration()
 	}
 	for _, e := range pc.GetExposure() {
-		c.Exposure = append(c.Exposure, Surface(e)) // numbered alike; unknown numbers are invalid
+		if !wraps("Exposure", int32(e)) {
+			c.Exposure = append(c.Exposure, Surface(e)) // numbered alike; unknown numbers are invalid
+		}
 	}
 	c.Dedup = dur("Dedup", pc.GetDedup())
 	c.Timeout = dur("Timeout", pc.GetTimeout())

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	agentsafev1 "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
+	"github.com/agentsafe/agentsafe/resultstore"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -141,5 +144,127 @@ func TestOptionsTheEngineWasNotBuiltWithFailClosed(t *testing.T) {
 	}
 	if adapter.Resolve(eng, "/agentsafe.test.v1.TestService/Ungoverned").Governed() {
 		t.Error("a method without the option must still pass through")
+	}
+}
+
+// An enum number in a method option that is not one of the declared values
+// is invalid, however large: it never wraps around into a valid side
+// effect, risk or surface. Every duration of the option is checked for
+// its sign, and the counts too.
+func TestOutOfRangeOptionValuesNeverBecomeValidOnes(t *testing.T) {
+	method := func(name string, c *agentsafev1.Capability) *descriptorpb.MethodDescriptorProto {
+		opts := &descriptorpb.MethodOptions{}
+		proto.SetExtension(opts, agentsafev1.E_Capability, c)
+		return &descriptorpb.MethodDescriptorProto{Name: proto.String(name), InputType: proto.String(".range.v1.M"), OutputType: proto.String(".range.v1.M"), Options: opts}
+	}
+	read := agentsafev1.SideEffect_SIDE_EFFECT_READ
+	fd := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("range/v1/range.proto"), Package: proto.String("range.v1"), Syntax: proto.String("proto3"),
+		Dependency:  []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M")}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Range"), Method: []*descriptorpb.MethodDescriptorProto{
+			method("SideEffect259", &agentsafev1.Capability{SideEffect: agentsafev1.SideEffect(259)}), // 259 mod 256 = write
+			method("RiskNegative", &agentsafev1.Capability{SideEffect: read, Risk: agentsafev1.Risk(-255)}),
+			method("Risk258", &agentsafev1.Capability{SideEffect: read, Risk: agentsafev1.Risk(258)}), // 258-1 mod 256 = medium
+			method("Surface257", &agentsafev1.Capability{SideEffect: read, Exposure: []agentsafev1.Surface{agentsafev1.Surface(257)}}),
+			method("NegativeBackoff", &agentsafev1.Capability{SideEffect: read, Retry: &agentsafev1.Retry{Backoff: durationpb.New(-time.Millisecond)}}),
+			method("NegativeRetries", &agentsafev1.Capability{SideEffect: read, Retry: &agentsafev1.Retry{MaxRetries: -1}}),
+			method("NegativeExpiry", &agentsafev1.Capability{SideEffect: read, Approval: &agentsafev1.Approval{ExpiresIn: durationpb.New(-time.Minute)}}),
+			method("NegativeQuorum", &agentsafev1.Capability{SideEffect: read, Approval: &agentsafev1.Approval{Quorum: -2}}),
+			method("NegativeDedup", &agentsafev1.Capability{SideEffect: read, Dedup: durationpb.New(-time.Second)}),
+			method("MalformedTimeout", &agentsafev1.Capability{SideEffect: read, Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}}),
+		}}},
+	}
+	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(file); err != nil {
+		t.Fatal(err)
+	}
+	_, err = middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithLogger(discard))
+	var verr *middleware.ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("New accepted out-of-range options: %v", err)
+	}
+	for _, want := range []string{
+		"/range.v1.Range/SideEffect259 (option): SideEffect: ",
+		"/range.v1.Range/RiskNegative (option): Risk: ",
+		"/range.v1.Range/Risk258 (option): Risk: ",
+		"/range.v1.Range/Surface257 (option): Exposure: ",
+		"/range.v1.Range/NegativeBackoff (option): Retry.Backoff: must not be negative",
+		"/range.v1.Range/NegativeRetries (option): Retry.MaxRetries: must not be negative",
+		"/range.v1.Range/NegativeExpiry (option): Approval.ExpiresIn: must not be negative",
+		"/range.v1.Range/NegativeQuorum (option): Approval.Quorum: must not be negative",
+		"/range.v1.Range/NegativeDedup (option): Dedup: must not be negative",
+		"/range.v1.Range/MalformedTimeout (option): Timeout: ",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "SideEffect: unknown enum value 259") {
+		t.Errorf("no problem names the number written, 259:\n%v", err)
+	}
+}
+
+// Every field of the agentsafe.v1.Capability option reaches the Go
+// Capability the engine enforces, so the two sources never drift apart: a
+// field added to the message without being read fails here.
+func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
+	for msg, n := range map[protoreflect.MessageDescriptor]int{
+		(&agentsafev1.Capability{}).ProtoReflect().Descriptor(): 10,
+		(&agentsafev1.Retry{}).ProtoReflect().Descriptor():      2,
+		(&agentsafev1.Approval{}).ProtoReflect().Descriptor():   4,
+	} {
+		if got := msg.Fields().Len(); got != n {
+			t.Errorf("%s has %d fields, this test reads %d: map the new one in capabilityFromOptions and here", msg.FullName(), got, n)
+		}
+	}
+	opt := &agentsafev1.Capability{
+		SideEffect:  agentsafev1.SideEffect_SIDE_EFFECT_EXTERNAL,
+		Risk:        agentsafev1.Risk_RISK_CRITICAL,
+		Description: "charges a card",
+		Idempotent:  true,
+		Timeout:     durationpb.New(7 * time.Second),
+		Retry:       &agentsafev1.Retry{MaxRetries: 3, Backoff: durationpb.New(40 * time.Millisecond)},
+		Approval:    &agentsafev1.Approval{Required: true, Type: "finance", ExpiresIn: durationpb.New(time.Hour), Quorum: 2},
+		ToolName:    "charge_card",
+		Exposure:    []agentsafev1.Surface{agentsafev1.Surface_SURFACE_RPC, agentsafev1.Surface_SURFACE_MCP},
+		Dedup:       durationpb.New(5 * time.Minute),
+	}
+	opts := &descriptorpb.MethodOptions{}
+	proto.SetExtension(opts, agentsafev1.E_Capability, opt)
+	fd := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("parity/v1/parity.proto"), Package: proto.String("parity.v1"), Syntax: proto.String("proto3"),
+		Dependency:  []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M")}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Parity"), Method: []*descriptorpb.MethodDescriptorProto{
+			{Name: proto.String("Charge"), InputType: proto.String(".parity.v1.M"), OutputType: proto.String(".parity.v1.M"), Options: opts},
+		}}},
+	}
+	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(file); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()),
+		middleware.WithResultStore(resultstore.NewMemory()), middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: make([]byte, 32)}), middleware.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := adapter.Resolve(eng, "/parity.v1.Parity/Charge").Capability()
+	want := middleware.Capability{
+		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskCritical, Description: "charges a card", Idempotent: true,
+		Timeout: 7 * time.Second, Retry: middleware.Retry{MaxRetries: 3, Backoff: 40 * time.Millisecond},
+		Approval: middleware.Approval{Required: true, Type: "finance", ExpiresIn: time.Hour, Quorum: 2},
+		ToolName: "charge_card", Exposure: []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceMCP}, Dedup: 5 * time.Minute,
+	}
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Errorf("the option became\n%+v\nwant\n%+v", got, want)
 	}
 }

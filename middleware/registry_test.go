@@ -139,3 +139,60 @@ func TestHintsFollowTheMetadata(t *testing.T) {
 		}
 	}
 }
+
+// Approval.Quorum defaults to 1: the capabilities an engine lists, and
+// what an adapter resolves, say so rather than the Go zero value.
+func TestListedCapabilitiesResolveTheDefaultQuorumOfOne(t *testing.T) {
+	eng, err := middleware.New(middleware.NewRegistry().
+		Register("/s.V1/Default", middleware.Capability{SideEffect: middleware.SideEffectRead}).
+		Register("/s.V1/Two", middleware.Capability{SideEffect: middleware.SideEffectRead, Approval: middleware.Approval{Quorum: 2}}),
+		middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"/s.V1/Default": 1, "/s.V1/Two": 2}
+	for p, c := range eng.Capabilities() {
+		if c.Approval.Quorum != want[p] {
+			t.Errorf("Capabilities() lists %s with quorum %d, want %d", p, c.Approval.Quorum, want[p])
+		}
+	}
+	if c, _ := adapter.Resolve(eng, "/s.V1/Default").Capability(); c.Approval.Quorum != 1 {
+		t.Errorf("Resolve gives quorum %d, want the default 1", c.Approval.Quorum)
+	}
+}
+
+// Every field's default, on an engine built without WithDefaults: a
+// capability that only names its side effect is listed with them.
+func TestEveryFieldHasItsDocumentedDefault(t *testing.T) {
+	eng, err := middleware.New(middleware.NewRegistry().Register("/s.V1/Bare", middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+		middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range eng.Capabilities() {
+		if c.Risk != middleware.RiskLow || c.Description != "" || c.Idempotent || c.Timeout != 30*time.Second ||
+			c.Retry.MaxRetries != 0 || c.Retry.Backoff != 250*time.Millisecond || c.Retry.RetryOn != nil ||
+			c.Approval.Required || c.Approval.Type != "" || c.Approval.ExpiresIn != 15*time.Minute || c.Approval.Quorum != 1 ||
+			c.Dedup != 0 || !c.Exposed(middleware.SurfaceRPC) || !c.Exposed(middleware.SurfaceHTTP) || c.Exposed(middleware.SurfaceMCP) {
+			t.Errorf("defaults resolved to %+v", c)
+		}
+	}
+}
+
+// The registry is read once, by New: what is registered afterwards,
+// a new procedure or a second entry for a governed one, changes nothing.
+func TestRegisteringAfterNewHasNoEffect(t *testing.T) {
+	reg := middleware.NewRegistry().Register("/s.V1/Read", middleware.Capability{SideEffect: middleware.SideEffectRead})
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Register("/s.V1/Late", middleware.Capability{SideEffect: middleware.SideEffectWrite}).
+		Register("/s.V1/Read", middleware.Capability{SideEffect: middleware.SideEffectDestructive})
+	if adapter.Resolve(eng, "/s.V1/Late").Governed() {
+		t.Error("a procedure registered after New is governed")
+	}
+	if c, _ := adapter.Resolve(eng, "/s.V1/Read").Capability(); c.SideEffect != middleware.SideEffectRead {
+		t.Errorf("a second entry registered after New changed the capability to %s", c.SideEffect)
+	}
+}
