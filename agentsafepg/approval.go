@@ -196,9 +196,9 @@ func (s *ApprovalStore) Consume(ctx context.Context, id string, req store.Consum
 		if err != nil {
 			return store.ConsumedApproval{}, err
 		}
-		switch err := consumable(&rec, req); err {
+		switch err := store.CheckConsume(&rec, rec.Status, req); err {
 		case nil: // released in between: consume again
-		case errAlreadyMine:
+		case store.ErrConsumedByCaller:
 			return consumedApproval(&rec), nil
 		default:
 			return store.ConsumedApproval{}, err

@@ -18,41 +18,6 @@ import (
 // of the database clock. (approvalstore's memory store applies the same
 // rules; package conformance holds every store to them.)
 
-// errAlreadyMine says a consume is a repeat by the execution that consumed
-// the record: it succeeds without a write.
-var errAlreadyMine = errors.New("consumed by this execution already")
-
-// consumable applies Consume's checks in the order of the contract:
-// exists, same audience and whole actor (else not found: nothing is
-// revealed), approved, unexpired, unconsumed, same procedure, approval type
-// and quorum, same digest.
-func consumable(r *store.ApprovalRecord, req store.ConsumeRequest) error {
-	if r.Audience != req.Audience || !store.SameActor(r.Requester, req.Actor) {
-		return store.ErrApprovalNotFound
-	}
-	switch r.Status {
-	case store.ApprovalApproved:
-	case store.ApprovalPending:
-		return store.ErrApprovalPending
-	case store.ApprovalRejected, store.ApprovalCancelled:
-		return store.ErrApprovalRejected
-	case store.ApprovalExpired:
-		return store.ErrApprovalExpired
-	default: // consumed, completed, failed, in_doubt
-		if r.ConsumedBy == req.ExecutionID {
-			return errAlreadyMine
-		}
-		return store.ErrApprovalConsumed
-	}
-	if r.Procedure != req.Procedure || r.Type != req.Type || quorum(r.Quorum) != quorum(req.Quorum) {
-		return store.ErrApprovalResumeMismatch
-	}
-	if r.Digest != req.Digest {
-		return store.ErrApprovalInputMismatch
-	}
-	return nil
-}
-
 // binding is what a consumption must match, as one value: a SHA-256 over
 // the length-prefixed audience, whole actor (the length of its chain
 // first), procedure, approval type, quorum (zero counted as 1) and

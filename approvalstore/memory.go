@@ -121,8 +121,11 @@ func (m *Memory) Consume(_ context.Context, id string, req store.ConsumeRequest)
 	defer m.mu.Unlock()
 	r, ok := m.records[id]
 	now := m.cfg.now()
-	if err := consumable(r, ok, req, now); err != nil {
-		if err == errAlreadyMine {
+	if !ok {
+		return store.ConsumedApproval{}, store.ErrApprovalNotFound
+	}
+	if err := store.CheckConsume(r, status(r, now), req); err != nil {
+		if err == store.ErrConsumedByCaller {
 			return consumedApproval(r), nil
 		}
 		return store.ConsumedApproval{}, err

@@ -32,41 +32,6 @@ func status(r *store.ApprovalRecord, now time.Time) store.ApprovalStatus {
 	return r.Status
 }
 
-// errAlreadyMine says a consume is a repeat by the execution that consumed
-// the record: it succeeds without a write.
-var errAlreadyMine = errors.New("consumed by this execution already")
-
-// consumable applies Consume's checks in the order of the store contract (middleware/store): exists, same
-// audience and whole actor (else not found: nothing is revealed), approved,
-// unexpired, unconsumed, same procedure, approval type and quorum, same
-// digest.
-func consumable(r *store.ApprovalRecord, ok bool, req store.ConsumeRequest, now time.Time) error {
-	if !ok || r.Audience != req.Audience || !store.SameActor(r.Requester, req.Actor) {
-		return store.ErrApprovalNotFound
-	}
-	switch status(r, now) {
-	case store.ApprovalApproved:
-	case store.ApprovalPending:
-		return store.ErrApprovalPending
-	case store.ApprovalRejected, store.ApprovalCancelled:
-		return store.ErrApprovalRejected
-	case store.ApprovalExpired:
-		return store.ErrApprovalExpired
-	default: // consumed, completed, failed, in_doubt
-		if r.ConsumedBy == req.ExecutionID {
-			return errAlreadyMine
-		}
-		return store.ErrApprovalConsumed
-	}
-	if r.Procedure != req.Procedure || r.Type != req.Type || quorum(r.Quorum) != quorum(req.Quorum) {
-		return store.ErrApprovalResumeMismatch
-	}
-	if r.Digest != req.Digest {
-		return store.ErrApprovalInputMismatch
-	}
-	return nil
-}
-
 // quorum is the number of approvers q stands for: zero means 1.
 func quorum(q int) int { return max(q, 1) }
 

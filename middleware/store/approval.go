@@ -353,6 +353,46 @@ func SameActor(a, b Actor) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Kind == b.Kind && slices.Equal(a.OnBehalfOf, b.OnBehalfOf)
 }
 
+// ErrConsumedByCaller is what [CheckConsume] returns for a Consume repeated
+// by the execution that consumed the record: Consume is idempotent per
+// execution, so the store answers it as the first Consume did, without a
+// write. It never reaches the engine.
+var ErrConsumedByCaller = errors.New("agentsafe: approval consumed by this execution already")
+
+// CheckConsume applies Consume's checks to r, whose status as of the
+// store's clock is status, in the contract's order: same audience and
+// whole actor (else ErrApprovalNotFound: nothing is revealed), approved,
+// unexpired, unconsumed (or [ErrConsumedByCaller]), same procedure,
+// approval type and quorum (zero counted as 1), same digest. A store that
+// checks in a script or a statement applies the same order there and may
+// use it to name why nothing changed.
+func CheckConsume(r *ApprovalRecord, status ApprovalStatus, req ConsumeRequest) error {
+	if r.Audience != req.Audience || !SameActor(r.Requester, req.Actor) {
+		return ErrApprovalNotFound
+	}
+	switch status {
+	case ApprovalApproved:
+	case ApprovalPending:
+		return ErrApprovalPending
+	case ApprovalRejected, ApprovalCancelled:
+		return ErrApprovalRejected
+	case ApprovalExpired:
+		return ErrApprovalExpired
+	default: // consumed, completed, failed, in_doubt
+		if r.ConsumedBy == req.ExecutionID {
+			return ErrConsumedByCaller
+		}
+		return ErrApprovalConsumed
+	}
+	if r.Procedure != req.Procedure || r.Type != req.Type || max(r.Quorum, 1) != max(req.Quorum, 1) {
+		return ErrApprovalResumeMismatch
+	}
+	if r.Digest != req.Digest {
+		return ErrApprovalInputMismatch
+	}
+	return nil
+}
+
 // CheckVoter is the rule for a further vote on a record under a quorum:
 // the approver passes [CheckApprover] against the requester, and is
 // distinct from every earlier voter: not the same ID, and neither's ID in
