@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentsafe/agentsafe/internal/ids"
+	"github.com/agentsafe/agentsafe/internal/redisnode"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
@@ -80,19 +81,11 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	s := &Redis{rdb: client, cfg: cfg, pattern: "{" + globEscape(cfg.prefix) + ":" + approvalIDPrefix + "*}"}
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
-	err := s.forEachMaster(ctx, func(ctx context.Context, node redis.Cmdable) error {
-		for _, sc := range scripts {
-			if err := sc.Load(ctx, node).Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := redisnode.LoadScripts(ctx, client, scripts); err != nil {
 		return nil, fmt.Errorf("approvalstore: load the Redis scripts: %w", err)
 	}
 	if cfg.waitN > 0 {
-		if err := s.forEachMaster(ctx, s.checkReplicas); err != nil {
+		if err := redisnode.ForEachMaster(ctx, s.rdb, s.checkReplicas); err != nil {
 			return nil, err
 		}
 	}
@@ -389,7 +382,7 @@ func (s *Redis) List(ctx context.Context, f store.ApprovalFilter) ([]store.Appro
 	n := listLimit(f)
 	var mu sync.Mutex
 	var out []store.ApprovalRecord
-	err := s.forEachMaster(ctx, func(ctx context.Context, node redis.Cmdable) error {
+	err := redisnode.ForEachMaster(ctx, s.rdb, func(ctx context.Context, node redis.Cmdable) error {
 		recs, err := s.scan(ctx, node, f, n)
 		mu.Lock()
 		out = append(out, recs...)
@@ -455,19 +448,6 @@ func (s *Redis) scan(ctx context.Context, node redis.Cmdable, f store.ApprovalFi
 		if cursor = next; cursor == 0 {
 			return oldest(out, n), nil
 		}
-	}
-}
-
-// forEachMaster calls fn on every master: each master of a Cluster, each
-// shard of a Ring, or the client itself.
-func (s *Redis) forEachMaster(ctx context.Context, fn func(ctx context.Context, node redis.Cmdable) error) error {
-	switch c := s.rdb.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return fn(ctx, node) })
-	case *redis.Ring:
-		return c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error { return fn(ctx, node) })
-	default:
-		return fn(ctx, s.rdb)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentsafe/agentsafe/internal/redisnode"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
@@ -91,23 +92,7 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	s := &Redis{rdb: client, cfg: cfg}
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
-	load := func(ctx context.Context, node redis.Cmdable) error {
-		for _, sc := range scripts {
-			if err := sc.Load(ctx, node).Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var err error
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return load(ctx, node) })
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error { return load(ctx, node) })
-	default:
-		err = load(ctx, client)
-	}
+	err := redisnode.LoadScripts(ctx, client, scripts)
 	if err != nil {
 		return nil, fmt.Errorf("resultstore: load the Redis scripts: %w", err)
 	}
