@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -18,13 +17,6 @@ import (
 // one is malformed, which the engine reports.
 func callerKey(h http.Header) string {
 	return adapter.CallerKey(h.Values(adapter.HeaderIdempotencyKey))
-}
-
-// approvalID is the Agentsafe-Approval-Id request header, every value of
-// it: more than one is malformed, which the engine reports, rather than
-// one of them taken and the other dropped silently.
-func approvalID(h http.Header) string {
-	return strings.Join(h.Values(adapter.HeaderApprovalID), ", ")
 }
 
 // replayCodec stores a call's response as its message's binary encoding,

@@ -45,7 +45,7 @@ func UnaryServerInterceptor(eng *middleware.Engine) grpc.UnaryServerInterceptor 
 		}
 		call := adapter.Call[*headerSink]{Surface: adapter.SurfaceRPC, Status: grpcStatus, IdempotencyKey: callerKey(ctx), Codec: newReplayCodec(info.FullMethod)}
 		// Every value: two are malformed, never one of them taken silently.
-		call.ApprovalID = strings.Join(metadata.ValueFromIncomingContext(ctx, mdApprovalID), ", ")
+		call.ApprovalID = adapter.ApprovalID(metadata.ValueFromIncomingContext(ctx, mdApprovalID))
 		msg, _ := req.(proto.Message)
 		var snapshot proto.Message // the request as the caller sent it, for attempts after the first
 		if msg != nil {

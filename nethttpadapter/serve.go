@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -52,7 +51,7 @@ func serve(rt adapter.Route, stream bool, h http.Handler, cfg *config, w http.Re
 
 // call is what every governed request hands the engine.
 func call[T any](r *http.Request) adapter.Call[T] {
-	return adapter.Call[T]{ApprovalID: strings.Join(r.Header.Values(adapter.HeaderApprovalID), ", "), Surface: adapter.SurfaceHTTP, Status: status}
+	return adapter.Call[T]{ApprovalID: adapter.ApprovalID(r.Header.Values(adapter.HeaderApprovalID)), Surface: adapter.SurfaceHTTP, Status: status}
 }
 
 // reraiseAbort re-raises a handler's panic with http.ErrAbortHandler on

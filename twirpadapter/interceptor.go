@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"net/http"
-	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -29,7 +28,7 @@ func interceptor(eng *middleware.Engine) twirp.Interceptor {
 			if !ok { // fail closed: the generated server was mounted, not Wrap's
 				return nil, twirp.InternalError("twirpadapter: serve the *Server that Wrap returned")
 			}
-			call := adapter.Call[*result]{ApprovalID: strings.Join(w.req.Values(adapter.HeaderApprovalID), ", "), Surface: adapter.SurfaceRPC, Status: status,
+			call := adapter.Call[*result]{ApprovalID: adapter.ApprovalID(w.req.Values(adapter.HeaderApprovalID)), Surface: adapter.SurfaceRPC, Status: status,
 				IdempotencyKey: callerKey(w.req), Codec: newReplayCodec(route.Procedure())}
 			msg, _ := req.(proto.Message) // always one, for generated code
 			var snapshot proto.Message

@@ -94,6 +94,12 @@ func QuoteKey(key string) string {
 	return b.String()
 }
 
+// ApprovalID returns what [Call].ApprovalID is for a call whose incoming
+// Agentsafe-Approval-Id has values (every field line of it, in order):
+// the values joined, so that more than one is malformed (INVALID_ARGUMENT),
+// never one of them taken and the other dropped.
+func ApprovalID(values []string) string { return strings.Join(values, ", ") }
+
 // CallerKey returns what [Call].IdempotencyKey is for a call whose
 // incoming Idempotency-Key has values (every field line of it, in order):
 // "" when it has none, so the call has no caller key; else the values
