@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 
 	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -35,8 +36,18 @@ func newReplayCodec(spec connect.Spec) adapter.Codec[*attempt] {
 	if !ok {
 		return nil
 	}
-	return replayCodec{md.Output()}
+	if c, ok := codecs.Load(md); ok {
+		c, _ := c.(adapter.Codec[*attempt])
+		return c
+	}
+	var c adapter.Codec[*attempt] = replayCodec{md.Output()}
+	codecs.Store(md, c)
+	return c
 }
+
+// codecs holds each method's codec, made once: a codec per call would be
+// an allocation per call. Methods are the server's, so it stays small.
+var codecs sync.Map // protoreflect.MethodDescriptor → adapter.Codec[*attempt]
 
 func (replayCodec) Marshal(a *attempt) ([]byte, error) {
 	if a == nil || a.res == nil {

@@ -3,6 +3,7 @@ package grpcadapter
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/agentsafe/agentsafe/internal/protoreplay"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -28,12 +29,21 @@ func callerKey(ctx context.Context) string {
 type replayCodec struct{ output protoreflect.MessageType }
 
 func newReplayCodec(method string) adapter.Codec[*headerSink] {
-	mt, ok := protoreplay.Output(method)
-	if !ok {
-		return nil
+	if c, ok := codecs.Load(method); ok {
+		c, _ := c.(adapter.Codec[*headerSink])
+		return c
 	}
-	return replayCodec{mt}
+	var c adapter.Codec[*headerSink]
+	if mt, ok := protoreplay.Output(method); ok {
+		c = replayCodec{mt}
+	}
+	codecs.Store(method, c)
+	return c
 }
+
+// codecs holds each method's codec, made once: a codec per call would be
+// an allocation per call. Methods are the server's, so it stays small.
+var codecs sync.Map // method → adapter.Codec[*headerSink], nil without a descriptor
 
 func (replayCodec) Marshal(s *headerSink) ([]byte, error) {
 	if s == nil || s.resp == nil {

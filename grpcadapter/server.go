@@ -3,7 +3,6 @@ package grpcadapter
 import (
 	"context"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -161,12 +160,8 @@ func withoutRelayedDetail(err error) error {
 
 // envelopeMD is the envelope as metadata, in the header's lower-case names.
 func envelopeMD(env middleware.Envelope) metadata.MD {
-	h := http.Header{}
-	adapter.SetHeaders(h, env)
-	md := metadata.MD{}
-	for k, v := range h {
-		md.Append(k, v...)
-	}
+	md := make(metadata.MD, 2)
+	adapter.SetMetadata(md, env)
 	return md
 }
 
@@ -175,9 +170,21 @@ func envelopeMD(env middleware.Envelope) metadata.MD {
 // downstream call's response, say) would otherwise put a second value on
 // the wire, and EnvelopeFrom would read the handler's.
 func withoutEnvelope(md metadata.MD) metadata.MD {
+	if !hasEnvelope(md) {
+		return md // nothing to drop; gRPC copies what it is given
+	}
 	md = md.Copy()
 	maps.DeleteFunc(md, func(k string, _ []string) bool { return adapter.IsEnvelopeHeader(k) })
 	return md
+}
+
+func hasEnvelope(md metadata.MD) bool {
+	for k := range md {
+		if adapter.IsEnvelopeHeader(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // stream hands the handler the execution's context, and drops the

@@ -148,7 +148,7 @@ func (a *attemptWriter) replay(w http.ResponseWriter, env middleware.Envelope, m
 	if len(trailers) == 0 && bodyAllowed(status) && method != http.MethodHead &&
 		h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
 		// The whole body is known: say its length rather than chunk it.
-		h.Set("Content-Length", strconv.Itoa(len(a.body.b)))
+		h["Content-Length"] = []string{strconv.Itoa(len(a.body.b))}
 	}
 	w.WriteHeader(status)
 	if len(a.body.b) > 0 {

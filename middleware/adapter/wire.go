@@ -60,23 +60,57 @@ func SetHeaders(h http.Header, env middleware.Envelope) {
 		return
 	}
 	DelHeaders(h)
-	h.Set(HeaderExecutionID, env.ExecutionID)
-	h.Set(HeaderAttempts, strconv.Itoa(env.Attempts))
+	setEnvelope(h, env, false)
+}
+
+// SetMetadata writes the envelope to md, a gRPC-style metadata map, under
+// the header names in lower case; md holds none of them yet. A zero
+// envelope writes nothing.
+func SetMetadata(md map[string][]string, env middleware.Envelope) {
+	if env.ExecutionID != "" {
+		setEnvelope(md, env, true)
+	}
+}
+
+// The envelope's header names in lower case, as gRPC metadata keys.
+var lowerHeaders = func() (m map[string]string) {
+	m = make(map[string]string, len(envelopeHeaders))
+	for _, h := range envelopeHeaders {
+		m[h] = strings.ToLower(h)
+	}
+	return m
+}()
+
+// setEnvelope assigns the envelope's headers to h by their canonical
+// names, or lower-case ones, with their values in one backing array: one
+// allocation for them all, where a Set per header makes one each.
+func setEnvelope(h map[string][]string, env middleware.Envelope, lower bool) {
+	var buf [len(envelopeHeaders)][2]string
+	kv := buf[:0]
+	kv = append(kv, [2]string{HeaderExecutionID, env.ExecutionID}, [2]string{HeaderAttempts, strconv.Itoa(env.Attempts)})
 	if env.ApprovalID != "" {
-		h.Set(HeaderApprovalID, env.ApprovalID)
+		kv = append(kv, [2]string{HeaderApprovalID, env.ApprovalID})
 	}
 	if env.ApprovalURL != "" {
-		h.Set(HeaderApprovalURL, env.ApprovalURL)
+		kv = append(kv, [2]string{HeaderApprovalURL, env.ApprovalURL})
 	}
 	if !env.ExpiresAt.IsZero() {
-		h.Set(HeaderApprovalExpires, env.ExpiresAt.UTC().Format(time.RFC3339))
+		kv = append(kv, [2]string{HeaderApprovalExpires, env.ExpiresAt.UTC().Format(time.RFC3339)})
 	}
 	if env.Replayed {
-		h.Set(HeaderReplayed, "true")
+		kv = append(kv, [2]string{HeaderReplayed, "true"})
 	}
 	if e := env.Error; e != nil {
-		h.Set(HeaderCode, e.Code.String())
-		h.Set(HeaderRetryable, strconv.FormatBool(e.Retryable))
+		kv = append(kv, [2]string{HeaderCode, e.Code.String()}, [2]string{HeaderRetryable, strconv.FormatBool(e.Retryable)})
+	}
+	values := make([]string, len(kv))
+	for i, p := range kv {
+		name := p[0]
+		if lower {
+			name = lowerHeaders[name]
+		}
+		values[i] = p[1]
+		h[name] = values[i : i+1 : i+1] // a handler's append copies, never overwrites the next
 	}
 }
 
@@ -100,9 +134,8 @@ func DelHeaders(h http.Header) {
 // IsEnvelopeHeader reports whether name (in any case) is one of the
 // envelope's headers.
 func IsEnvelopeHeader(name string) bool {
-	k := http.CanonicalHeaderKey(name)
 	for _, h := range envelopeHeaders {
-		if h == k {
+		if strings.EqualFold(h, name) {
 			return true
 		}
 	}

@@ -240,3 +240,33 @@ func TestEnvelopeHeadersAreReplacedInAnySpelling(t *testing.T) {
 		t.Errorf("DelHeaders left %v", h)
 	}
 }
+
+// SetMetadata writes what SetHeaders does under lower-case names, and
+// the values of both share one array without one append overwriting the
+// next header's value.
+func TestSetMetadataIsTheHeadersInLowerCase(t *testing.T) {
+	env := middleware.Envelope{ExecutionID: "exe_1", Attempts: 2, ApprovalID: "apr_2", Replayed: true,
+		ExpiresAt: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), ApprovalURL: "https://a.example/approvals/apr_2",
+		Error: &middleware.EnvelopeError{Code: middleware.CodeTimeout, Retryable: true}}
+	h := http.Header{}
+	adapter.SetHeaders(h, env)
+	md := map[string][]string{}
+	adapter.SetMetadata(md, env)
+	if len(md) != len(h) || len(h) != 8 {
+		t.Fatalf("metadata %v, headers %v: want the same 8", md, h)
+	}
+	for k, v := range h {
+		if got := md[strings.ToLower(k)]; len(got) != 1 || got[0] != v[0] || len(v) != 1 {
+			t.Errorf("%s: metadata %q, header %q", k, got, v)
+		}
+	}
+	h[adapter.HeaderExecutionID] = append(h[adapter.HeaderExecutionID], "exe_other")
+	if h.Get(adapter.HeaderAttempts) != "2" {
+		t.Errorf("appending to one header changed the next: attempts %q", h.Get(adapter.HeaderAttempts))
+	}
+	md = map[string][]string{}
+	adapter.SetMetadata(md, middleware.Envelope{})
+	if len(md) != 0 {
+		t.Errorf("a zero envelope wrote %v", md)
+	}
+}
