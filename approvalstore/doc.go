@@ -69,6 +69,20 @@
 //   - Synchronized clocks (NTP) across Redis machines: after a failover,
 //     expiry is judged by the new primary's TIME.
 //
+// # Concurrent consumptions
+//
+// A consumption is one EVALSHA. One that finds another in flight is
+// queued, and the consumptions queued meanwhile go to Redis together, as
+// one pipeline (a few run at once), so that under load Redis reads and
+// answers many per system call instead of one: each is still the same
+// atomic script over one key. A lone consumption is sent at once, as
+// before. A queued consumption whose caller leaves before it is sent
+// returns the context's error and never reaches Redis; once sent, it
+// waits for its reply, bounded by the client's timeouts, so that the
+// caller knows whether the approval was consumed. A batch runs under no
+// caller's context: go-redis hooks see context.Background for it. With
+// [WithWait] every consumption runs alone, followed by its WAIT.
+//
 // # Keys
 //
 // With the default prefix "agentsafe:apr" (see [WithKeyPrefix]), a record
