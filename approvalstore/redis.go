@@ -34,10 +34,10 @@ import (
 // to look up where its record lives: two round trips on the hot path, for
 // a benefit to deduplication only.)
 type Redis struct {
-	rdb      redis.UniversalClient
-	cfg      config
-	pattern  string // SCAN MATCH pattern of record keys
-	consumes consumeBatch
+	rdb     redis.UniversalClient
+	cfg     config
+	pattern string           // SCAN MATCH pattern of record keys
+	scripts *redisnode.Batch // runs Consume, batching concurrent ones
 }
 
 var _ store.ApprovalStore = (*Redis)(nil)
@@ -79,7 +79,7 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 			return nil, fmt.Errorf("approvalstore: the WithWait timeout %v must be below the client's ReadTimeout %v", cfg.waitTimeout, rt)
 		}
 	}
-	s := &Redis{rdb: client, cfg: cfg, pattern: "{" + globEscape(cfg.prefix) + ":" + approvalIDPrefix + "*}", consumes: consumeBatch{rdb: client}}
+	s := &Redis{rdb: client, cfg: cfg, pattern: "{" + globEscape(cfg.prefix) + ":" + approvalIDPrefix + "*}", scripts: redisnode.NewBatch(client)}
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	if err := redisnode.LoadScripts(ctx, client, scripts); err != nil {
@@ -239,7 +239,7 @@ func (s *Redis) Consume(ctx context.Context, id string, req store.ConsumeRequest
 			err = s.releaseAfter(ctx, id, req.ExecutionID, err)
 		}
 	} else {
-		r, err = s.consumes.run(ctx, key, args)
+		r, err = s.scripts.Run(ctx, consumeScript, key, args...)
 	}
 	if err != nil {
 		return store.ConsumedApproval{}, err
