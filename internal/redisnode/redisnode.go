@@ -1,6 +1,7 @@
 // Package redisnode holds what both Redis stores (approvalstore,
-// resultstore) do on every node of a client: a Cluster's masters, a Ring's
-// shards, or the one node.
+// resultstore) share: what they do on every node of a client (a Cluster's
+// masters, a Ring's shards, or the one node), and the batching of their
+// concurrent scripts into pipelines (Batch).
 package redisnode
 
 import (
