@@ -46,8 +46,12 @@ func unary(ctx context.Context, route adapter.Route, req connect.AnyRequest, nex
 	if a != nil { // the finalized attempt returned: its sink is final
 		adapter.DelHeaders(a.info.header)
 		adapter.DelHeaders(a.info.trailer)
-		merge(frame.ResponseHeader(), a.info.header)
-		merge(frame.ResponseTrailer(), a.info.trailer)
+		if len(a.info.header) > 0 { // asking Connect for a map makes one
+			merge(frame.ResponseHeader(), a.info.header)
+		}
+		if len(a.info.trailer) > 0 {
+			merge(frame.ResponseTrailer(), a.info.trailer)
+		}
 	}
 	adapter.SetHeaders(frame.ResponseHeader(), env) // Connect sends them on success and error alike
 	if err != nil {
