@@ -71,17 +71,21 @@
 //
 // # Concurrent consumptions
 //
-// A consumption is one EVALSHA. One that finds another in flight is
-// queued, and the consumptions queued meanwhile go to Redis together, as
-// one pipeline (a few run at once), so that under load Redis reads and
+// A consumption is one EVALSHA. One that finds another in flight on the
+// same node (a Cluster's master, a Ring's shard) is queued, and the
+// consumptions queued meanwhile go to that node together, as one pipeline
+// (a few run at once per node), so that under load Redis reads and
 // answers many per system call instead of one: each is still the same
-// atomic script over one key. A lone consumption is sent at once, as
-// before. A queued consumption whose caller leaves before it is sent
-// returns the context's error and never reaches Redis; once sent, it
-// waits for its reply, bounded by the client's timeouts, so that the
-// caller knows whether the approval was consumed. A batch runs under no
-// caller's context: go-redis hooks see context.Background for it. With
-// [WithWait] every consumption runs alone, followed by its WAIT.
+// atomic script over one key, and a slow node holds up only its own keys.
+// A lone consumption is sent at once, as before. A queued consumption
+// whose caller leaves before it is sent returns the context's error and
+// never reaches Redis; once sent, it waits for its reply, so that the
+// caller knows whether the approval was consumed. A pipeline runs under
+// no caller's cancellation but under the latest of its callers'
+// deadlines, when every one has a deadline (go-redis applies deadlines
+// with ContextTimeoutEnabled), and otherwise under the client's timeouts;
+// go-redis hooks see that context, not the caller's. With [WithWait]
+// every consumption runs alone, followed by its WAIT.
 //
 // # Keys
 //
