@@ -61,6 +61,16 @@ func client(t *testing.T, o *redis.Options) *redis.Client {
 	return rdb
 }
 
+// loaded is client with echo loaded.
+func loaded(t *testing.T, o *redis.Options) *redis.Client {
+	t.Helper()
+	rdb := client(t, o)
+	if err := echo.Load(t.Context(), rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb
+}
+
 // runAsync runs echo over key i in the background.
 func runAsync(ctx context.Context, b *redisnode.Batch, sc *redis.Script, i int, out chan<- error) {
 	go func() {
@@ -101,22 +111,36 @@ func pipelines(seen chan<- []string, release <-chan struct{}) func(context.Conte
 	}
 }
 
+// heldBatch returns a batch on a fresh client with echo loaded, whose lone
+// script (echo over k0, answering on out) is held in flight; its pipelines
+// are reported on seen and held until release is closed, its lone scripts
+// until h.release is.
+func heldBatch(t *testing.T, out chan<- error) (b *redisnode.Batch, h *hold, seen chan []string, release chan struct{}) {
+	t.Helper()
+	rdb := loaded(t, &redis.Options{})
+	h = newHold()
+	seen, release = make(chan []string, 16), make(chan struct{})
+	h.pipe = pipelines(seen, release)
+	return holdLone(t, rdb, h, echo, out), h, seen, release
+}
+
+// holdLone adds h to rdb and returns a batch on rdb whose lone script (sc
+// over k0, answering on out) h holds in flight.
+func holdLone(t *testing.T, rdb *redis.Client, h *hold, sc *redis.Script, out chan<- error) *redisnode.Batch {
+	t.Helper()
+	rdb.AddHook(h)
+	b := redisnode.NewBatch(rdb)
+	runAsync(t.Context(), b, sc, 0, out)
+	<-h.arrived
+	return b
+}
+
 // Scripts that arrive while others are in flight go to Redis together,
 // as one pipeline, and each gets its own answer; a lone one is sent alone.
 func TestConcurrentScriptsShareAPipeline(t *testing.T) {
-	rdb := client(t, &redis.Options{})
-	if err := echo.Load(t.Context(), rdb).Err(); err != nil {
-		t.Fatal(err)
-	}
-	h := newHold()
-	seen, release := make(chan []string, 16), make(chan struct{})
-	h.pipe = pipelines(seen, release)
-	rdb.AddHook(h)
-	b := redisnode.NewBatch(rdb)
 	ctx := t.Context()
 	out := make(chan error, 9)
-	runAsync(ctx, b, echo, 0, out)
-	<-h.arrived // alone, held
+	b, h, seen, release := heldBatch(t, out)
 	// Each of the next four starts a flusher, held with it in flight; the
 	// four after them wait in the queue.
 	for i := 1; i <= 4; i++ {
@@ -145,19 +169,9 @@ func TestConcurrentScriptsShareAPipeline(t *testing.T) {
 // context's error and never reaches Redis; one whose caller leaves after
 // it was sent waits for, and returns, its reply.
 func TestAScriptLeftBeforeItIsSentIsNeverSent(t *testing.T) {
-	rdb := client(t, &redis.Options{})
-	if err := echo.Load(t.Context(), rdb).Err(); err != nil {
-		t.Fatal(err)
-	}
-	h := newHold()
-	seen, release := make(chan []string, 16), make(chan struct{})
-	h.pipe = pipelines(seen, release)
-	rdb.AddHook(h)
-	b := redisnode.NewBatch(rdb)
 	ctx := t.Context()
 	out := make(chan error, 6)
-	runAsync(ctx, b, echo, 0, out)
-	<-h.arrived
+	b, h, seen, release := heldBatch(t, out)
 	sentCtx, leaveSent := context.WithCancel(ctx)
 	runAsync(sentCtx, b, echo, 1, out)
 	<-seen
@@ -204,13 +218,10 @@ func TestABatchResendsScriptsTheNodeLost(t *testing.T) {
 		}
 		return next(ctx, cmds)
 	}
-	rdb.AddHook(h)
 	rdb.AddHook(evalCounter{&evals})
-	b := redisnode.NewBatch(rdb)
 	ctx := t.Context()
 	out := make(chan error, 9)
-	runAsync(ctx, b, sc, 0, out)
-	<-h.arrived
+	b := holdLone(t, rdb, h, sc, out)
 	for i := 1; i <= 8; i++ {
 		runAsync(ctx, b, sc, i, out)
 	}
@@ -251,18 +262,12 @@ var errRefused = errors.New("circuit breaker open")
 // A pipeline that fails before its commands run (a hook refuses it) fails
 // each of its scripts with that error, as the lone call would have.
 func TestAPipelineRefusedWholeFailsEachScriptWithItsError(t *testing.T) {
-	rdb := client(t, &redis.Options{})
-	if err := echo.Load(t.Context(), rdb).Err(); err != nil {
-		t.Fatal(err)
-	}
+	rdb := loaded(t, &redis.Options{})
 	h := newHold()
 	h.pipe = func(context.Context, []redis.Cmder, redis.ProcessPipelineHook) error { return errRefused }
-	rdb.AddHook(h)
-	b := redisnode.NewBatch(rdb)
 	ctx := t.Context()
 	out := make(chan error, 4)
-	runAsync(ctx, b, echo, 0, out)
-	<-h.arrived
+	b := holdLone(t, rdb, h, echo, out)
 	for i := 1; i <= 3; i++ {
 		runAsync(ctx, b, echo, i, out)
 	}
@@ -283,10 +288,7 @@ func TestAPipelineRefusedWholeFailsEachScriptWithItsError(t *testing.T) {
 // (Which deadline a pipeline of several callers carries:
 // TestBatchContextIsTheLatestDeadline.)
 func TestABatchCarriesItsCallersDeadline(t *testing.T) {
-	rdb := client(t, &redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -1})
-	if err := echo.Load(t.Context(), rdb).Err(); err != nil {
-		t.Fatal(err)
-	}
+	rdb := loaded(t, &redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -1})
 	h := newHold()
 	got := make(chan time.Time, 4)
 	h.pipe = func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
@@ -294,11 +296,8 @@ func TestABatchCarriesItsCallersDeadline(t *testing.T) {
 		got <- d
 		return next(ctx, cmds)
 	}
-	rdb.AddHook(h)
-	b := redisnode.NewBatch(rdb)
 	out := make(chan error, 2)
-	runAsync(t.Context(), b, echo, 0, out)
-	<-h.arrived
+	b := holdLone(t, rdb, h, echo, out)
 	want := time.Now().Add(time.Hour)
 	ctx, cancel := context.WithDeadline(t.Context(), want)
 	defer cancel()
