@@ -60,7 +60,7 @@ func NewApprovalStore(pool *pgxpool.Pool, opts ...ApprovalOption) (*ApprovalStor
 // audience, tenant and id) while it looks for the same pending call,
 // counts the pending records and inserts.
 func (s *ApprovalStore) Create(ctx context.Context, req store.ApprovalRequest) (store.ApprovalRecord, error) {
-	if err := checkRequest(req); err != nil {
+	if err := store.CheckRequest(req); err != nil {
 		return store.ApprovalRecord{}, err
 	}
 	a := req.Requester
@@ -143,9 +143,9 @@ func (s *ApprovalStore) Decide(ctx context.Context, id string, d store.Decision)
 		if err != nil {
 			return store.ApprovalRecord{}, false, err
 		}
-		switch err := votable(&rec, d, s.cfg.allowSelf); err {
+		switch err := store.CheckVote(&rec, rec.Status, d, s.cfg.allowSelf); err {
 		case nil: // nothing refuses it now: vote again
-		case errNoOp:
+		case store.ErrRepeatedVote:
 			return rec, false, nil
 		default:
 			return store.ApprovalRecord{}, false, err
@@ -235,7 +235,7 @@ SELECT EXISTS (SELECT 1 FROM agentsafe.approvals WHERE id = $2 AND consumed_by =
 
 // RecordOutcome implements [store.ApprovalStore]: one statement.
 func (s *ApprovalStore) RecordOutcome(ctx context.Context, id, executionID string, o store.Outcome) error {
-	if err := checkOutcome(o); err != nil {
+	if err := store.CheckOutcome(o); err != nil {
 		return err
 	}
 	if !store.ValidApprovalID(id) {

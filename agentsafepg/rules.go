@@ -4,9 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
-	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/agentsafe/agentsafe/middleware/store"
@@ -53,56 +50,6 @@ func quorum(q int) int { return max(q, 1) }
 // consumedApproval is what Consume returns of r.
 func consumedApproval(r *store.ApprovalRecord) store.ConsumedApproval {
 	return store.ConsumedApproval{ID: r.ID, Type: r.Type, Approver: r.Approver, Comment: r.Comment, DecidedAt: r.DecidedAt}
-}
-
-// errNoOp says a vote repeats one already recorded: Decide returns the
-// record unchanged.
-var errNoOp = errors.New("the same vote again")
-
-// votable applies Decide's checks after the approver's own: the record is
-// of the decision's audience, the vote is not a repeat (errNoOp), the
-// record is pending and unexpired, and the voter is distinct from every
-// earlier one.
-func votable(r *store.ApprovalRecord, d store.Decision, allowSelf bool) error {
-	if r.Audience != d.Audience {
-		return store.ErrApprovalNotFound
-	}
-	if slices.ContainsFunc(r.Votes, func(v store.Vote) bool { return v.Approve == d.Approve && store.SameActor(v.Approver, d.Approver) }) {
-		return errNoOp
-	}
-	switch {
-	case r.Status == store.ApprovalExpired && r.DecidedAt.IsZero():
-		return store.ErrApprovalExpired
-	case r.Status != store.ApprovalPending:
-		return fmt.Errorf("%w: it is %s", store.ErrNotPending, r.Status)
-	}
-	return store.CheckVoter(*r, d.Approver, allowSelf)
-}
-
-// checkOutcome refuses what is not an outcome: the zero Outcome, or a
-// status other than completed, failed or in_doubt.
-func checkOutcome(o store.Outcome) error {
-	switch o.Status {
-	case store.ApprovalCompleted, store.ApprovalFailed, store.ApprovalInDoubt:
-		return nil
-	case 0:
-		return errors.New("agentsafepg: RecordOutcome needs an outcome (the zero Outcome means none)")
-	}
-	return fmt.Errorf("agentsafepg: %s is not an outcome (completed, failed or in_doubt)", o.Status)
-}
-
-func checkRequest(req store.ApprovalRequest) error {
-	switch {
-	case !store.ValidApprovalID(req.ID):
-		return fmt.Errorf("agentsafepg: malformed approval id %q", req.ID)
-	case req.ExpiresIn <= 0:
-		return fmt.Errorf("agentsafepg: ExpiresIn must be positive (got %s)", req.ExpiresIn)
-	case req.Requester.ID == "":
-		return errors.New("agentsafepg: an approval needs a requester")
-	case req.Quorum < 0:
-		return fmt.Errorf("agentsafepg: Quorum must not be negative (got %d)", req.Quorum)
-	}
-	return nil
 }
 
 // listLimit is the number of records a List of f returns at most.

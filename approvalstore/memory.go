@@ -103,9 +103,12 @@ func (m *Memory) Decide(ctx context.Context, id string, d store.Decision) (store
 	defer m.mu.Unlock()
 	r, ok := m.records[id] // a Create may have swept it meanwhile
 	now := m.cfg.now()
-	switch err := votable(r, ok, d, m.cfg.allowSelf, now); err {
+	if !ok {
+		return store.ApprovalRecord{}, false, store.ErrApprovalNotFound
+	}
+	switch err := store.CheckVote(r, status(r, now), d, m.cfg.allowSelf); err {
 	case nil:
-	case errNoOp:
+	case store.ErrRepeatedVote:
 		return clone(r, now), false, nil
 	default:
 		return store.ApprovalRecord{}, false, err
@@ -148,7 +151,7 @@ func (m *Memory) Release(_ context.Context, id, executionID string) error {
 
 // RecordOutcome implements [store.ApprovalStore].
 func (m *Memory) RecordOutcome(_ context.Context, id, executionID string, o store.Outcome) error {
-	if err := checkOutcome(o); err != nil {
+	if err := store.CheckOutcome(o); err != nil {
 		return err
 	}
 	m.mu.Lock()

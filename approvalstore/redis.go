@@ -356,7 +356,7 @@ func (s *Redis) Release(ctx context.Context, id, executionID string) error {
 
 // RecordOutcome implements [store.ApprovalStore]: one script.
 func (s *Redis) RecordOutcome(ctx context.Context, id, executionID string, o store.Outcome) error {
-	if err := checkOutcome(o); err != nil {
+	if err := store.CheckOutcome(o); err != nil {
 		return err
 	}
 	if !store.ValidApprovalID(id) {

@@ -3,7 +3,6 @@ package approvalstore
 import (
 	"cmp"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -42,38 +41,6 @@ func consumedApproval(r *store.ApprovalRecord) store.ConsumedApproval {
 	return a
 }
 
-// repeatedVote reports whether d repeats a vote already on the record: the
-// same whole approver with the same verdict.
-func repeatedVote(r *store.ApprovalRecord, d store.Decision) bool {
-	return slices.ContainsFunc(r.Votes, func(v store.Vote) bool {
-		return v.Approve == d.Approve && store.SameActor(v.Approver, d.Approver)
-	})
-}
-
-// errNoOp says a vote repeats one already recorded: Decide returns the
-// record unchanged.
-var errNoOp = errors.New("the same vote again")
-
-// votable applies Decide's checks after the approver's own (the requester
-// rule and the policy, which the caller runs): the record is of the
-// decision's audience, the vote is not a repeat (errNoOp), the record is
-// pending and unexpired, and the voter is distinct from every earlier one.
-func votable(r *store.ApprovalRecord, ok bool, d store.Decision, allowSelf bool, now time.Time) error {
-	if !ok || r.Audience != d.Audience {
-		return store.ErrApprovalNotFound
-	}
-	if repeatedVote(r, d) {
-		return errNoOp
-	}
-	switch s := status(r, now); {
-	case s == store.ApprovalExpired && r.DecidedAt.IsZero():
-		return store.ErrApprovalExpired
-	case s != store.ApprovalPending:
-		return fmt.Errorf("%w: it is %s", store.ErrNotPending, s)
-	}
-	return store.CheckVoter(*r, d.Approver, allowSelf)
-}
-
 // addVote records d on a pending record at now: a rejection rejects, an
 // approval approves at the quorum; the deciding vote is the record's
 // Approver, Comment and DecidedAt.
@@ -93,18 +60,6 @@ func addVote(r *store.ApprovalRecord, d store.Decision, now time.Time) {
 	r.Approver.OnBehalfOf = slices.Clone(v.Approver.OnBehalfOf)
 }
 
-// checkOutcome refuses what is not an outcome: the zero Outcome, or a
-// status other than completed, failed or in_doubt.
-func checkOutcome(o store.Outcome) error {
-	switch o.Status {
-	case store.ApprovalCompleted, store.ApprovalFailed, store.ApprovalInDoubt:
-		return nil
-	case 0:
-		return errors.New("approvalstore: RecordOutcome needs an outcome (the zero Outcome means none)")
-	}
-	return fmt.Errorf("approvalstore: %s is not an outcome (completed, failed or in_doubt)", o.Status)
-}
-
 // takesOutcome reports whether a record whose stored status is stored
 // takes the outcome o: a consumed record takes any, an in_doubt one a
 // result (completed or failed); anything else keeps what it has.
@@ -118,18 +73,14 @@ func takesOutcome(stored store.ApprovalStatus, o store.Outcome) bool {
 	return false
 }
 
+// checkRequest is the contract's check of a request, and that its
+// requester is valid UTF-8 (see validActor).
 func checkRequest(req store.ApprovalRequest) error {
-	switch {
-	case !store.ValidApprovalID(req.ID):
-		return fmt.Errorf("approvalstore: malformed approval id %q", req.ID)
-	case req.ExpiresIn <= 0:
-		return fmt.Errorf("approvalstore: ExpiresIn must be positive (got %s)", req.ExpiresIn)
-	case req.Requester.ID == "":
-		return errors.New("approvalstore: an approval needs a requester")
-	case !validActor(req.Requester):
+	if err := store.CheckRequest(req); err != nil {
+		return err
+	}
+	if !validActor(req.Requester) {
 		return errors.New("approvalstore: the requester's id, tenant, kind or OnBehalfOf chain is not valid UTF-8")
-	case req.Quorum < 0:
-		return fmt.Errorf("approvalstore: Quorum must not be negative (got %d)", req.Quorum)
 	}
 	return nil
 }

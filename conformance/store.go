@@ -242,6 +242,24 @@ var storeRules = []struct {
 		_, err := c.s.Store.Create(c.ctx, c.request(digestN(c.s.MaxPending)))
 		c.wantErr("pending records per actor are capped", err, store.ErrTooManyPending)
 	}},
+	{"Create/refuses a malformed request and stores nothing", func(c *storeCheck) {
+		bad := map[string]func(r *store.ApprovalRequest){
+			"a malformed id":    func(r *store.ApprovalRequest) { r.ID = "apr_not-hex" },
+			"no expiry":         func(r *store.ApprovalRequest) { r.ExpiresIn = 0 },
+			"no requester":      func(r *store.ApprovalRequest) { r.Requester = store.Actor{} },
+			"a negative quorum": func(r *store.ApprovalRequest) { r.Quorum = -1 },
+		}
+		for what, spoil := range bad {
+			req := c.request(storeDigest)
+			spoil(&req)
+			if _, err := c.s.Store.Create(c.ctx, req); err == nil {
+				c.Errorf("Create stored a request with %s", what)
+			}
+		}
+		if list, err := c.s.Store.List(c.ctx, mine(0)); err != nil || len(list) != 0 {
+			c.Errorf("after refused requests List returned %d records, %v; want none", len(list), err)
+		}
+	}},
 	{"Get/an unknown id is not found", func(c *storeCheck) {
 		_, err := c.s.Store.Get(c.ctx, store.NewApprovalID())
 		c.wantErr("an unknown id is not found", err, store.ErrApprovalNotFound)
@@ -768,6 +786,17 @@ var storeRules = []struct {
 		c.wantErr("Release is a no-op for any other record: one with an outcome", c.s.Store.Release(c.ctx, approved.ID, "exe_a"), nil)
 		if got := c.get(approved.ID); got.Status != store.ApprovalInDoubt || got.ConsumedBy != "exe_a" {
 			c.Errorf("Release is a no-op for any other record: a record with an outcome (it may have run) was released: %+v", got)
+		}
+	}},
+	{"RecordOutcome/refuses what is not an outcome and records nothing", func(c *storeCheck) {
+		rec := c.consumed("exe_a")
+		for _, o := range []store.Outcome{{}, {Status: store.ApprovalApproved, Code: "OK"}, {Status: store.ApprovalConsumed, Code: "OK"}} {
+			if err := c.s.Store.RecordOutcome(c.ctx, rec.ID, "exe_a", o); err == nil {
+				c.Errorf("RecordOutcome took %+v as an outcome", o)
+			}
+		}
+		if got := c.get(rec.ID); got.Status != store.ApprovalConsumed || got.Outcome != (store.Outcome{}) {
+			c.Errorf("a refused outcome changed the record: %+v", got)
 		}
 	}},
 	{"RecordOutcome/only the consuming execution records the outcome", func(c *storeCheck) {

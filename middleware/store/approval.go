@@ -393,6 +393,63 @@ func CheckConsume(r *ApprovalRecord, status ApprovalStatus, req ConsumeRequest) 
 	return nil
 }
 
+// CheckRequest refuses an approval request Create must not store: a
+// malformed id, an expiry that is not in the future, no requester, a
+// negative quorum.
+func CheckRequest(req ApprovalRequest) error {
+	switch {
+	case !ValidApprovalID(req.ID):
+		return fmt.Errorf("agentsafe: malformed approval id %q", req.ID)
+	case req.ExpiresIn <= 0:
+		return fmt.Errorf("agentsafe: ExpiresIn must be positive (got %s)", req.ExpiresIn)
+	case req.Requester.ID == "":
+		return errors.New("agentsafe: an approval needs a requester")
+	case req.Quorum < 0:
+		return fmt.Errorf("agentsafe: Quorum must not be negative (got %d)", req.Quorum)
+	}
+	return nil
+}
+
+// ErrRepeatedVote is what [CheckVote] returns for a vote the record
+// already holds (the same whole approver, the same verdict): Decide answers
+// it with the record unchanged and no error. It never reaches the engine.
+var ErrRepeatedVote = errors.New("agentsafe: the same vote again")
+
+// CheckVote applies Decide's checks after the approver's own (the
+// requester rule and the policy, which the store runs first) to r, whose
+// status as of the store's clock is status, in the contract's order: same
+// audience (else ErrApprovalNotFound), not a repeat ([ErrRepeatedVote]),
+// pending and unexpired, and a voter distinct from every earlier one
+// ([CheckVoter]). A store that checks in a script or a statement applies
+// the same order there and may use it to name why nothing changed.
+func CheckVote(r *ApprovalRecord, status ApprovalStatus, d Decision, allowSelf bool) error {
+	if r.Audience != d.Audience {
+		return ErrApprovalNotFound
+	}
+	if slices.ContainsFunc(r.Votes, func(v Vote) bool { return v.Approve == d.Approve && SameActor(v.Approver, d.Approver) }) {
+		return ErrRepeatedVote
+	}
+	switch {
+	case status == ApprovalExpired && r.DecidedAt.IsZero():
+		return ErrApprovalExpired
+	case status != ApprovalPending:
+		return fmt.Errorf("%w: it is %s", ErrNotPending, status)
+	}
+	return CheckVoter(*r, d.Approver, allowSelf)
+}
+
+// CheckOutcome refuses what is not an outcome for RecordOutcome: the zero
+// Outcome, or a status other than completed, failed or in_doubt.
+func CheckOutcome(o Outcome) error {
+	switch o.Status {
+	case ApprovalCompleted, ApprovalFailed, ApprovalInDoubt:
+		return nil
+	case 0:
+		return errors.New("agentsafe: RecordOutcome needs an outcome (the zero Outcome means none)")
+	}
+	return fmt.Errorf("agentsafe: %s is not an outcome for RecordOutcome (completed, failed or in_doubt)", o.Status)
+}
+
 // CheckVoter is the rule for a further vote on a record under a quorum:
 // the approver passes [CheckApprover] against the requester, and is
 // distinct from every earlier voter: not the same ID, and neither's ID in
