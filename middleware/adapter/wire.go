@@ -135,7 +135,9 @@ func DelHeaders(h http.Header) {
 // envelope's headers.
 func IsEnvelopeHeader(name string) bool {
 	for _, h := range envelopeHeaders {
-		if strings.EqualFold(h, name) {
+		// The names are ASCII: of equal length, only ASCII folds to them
+		// (strings.EqualFold alone would take "ſ" for "s").
+		if len(h) == len(name) && strings.EqualFold(h, name) {
 			return true
 		}
 	}

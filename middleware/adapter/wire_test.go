@@ -270,3 +270,18 @@ func TestSetMetadataIsTheHeadersInLowerCase(t *testing.T) {
 		t.Errorf("a zero envelope wrote %v", md)
 	}
 }
+
+// Envelope header names match in any ASCII case, and only so: a name with
+// a rune that Unicode folds to an ASCII letter is another header.
+func TestIsEnvelopeHeaderFoldsASCIIOnly(t *testing.T) {
+	for _, name := range []string{"Agentsafe-Code", "agentsafe-code", "AGENTSAFE-CODE", "aGeNtSaFe-ExEcUtIoN-iD"} {
+		if !adapter.IsEnvelopeHeader(name) {
+			t.Errorf("%q is an envelope header", name)
+		}
+	}
+	for _, name := range []string{"Agent\u017fafe-Code", "Agentsafe-Code-", "Agentsafe-Cod", "Content-Type"} {
+		if adapter.IsEnvelopeHeader(name) {
+			t.Errorf("%q is not an envelope header", name)
+		}
+	}
+}
