@@ -34,12 +34,6 @@
 // (NOSCRIPT). Every script is safe to repeat after a lost reply (go-redis
 // retries on network errors, and the engine claims again for the same
 // execution); a claim repeated by its holder answers as the first did.
-// Steps that arrive while others are in flight on the same node go to it
-// together, as one pipeline of the same scripts (a lone step is sent at
-// once), as approvalstore's consumptions do: a queued step whose caller
-// leaves before it is sent never reaches Redis, one that was sent waits
-// for its reply, and a pipeline runs under the latest of its callers'
-// deadlines (when all have one), which is what go-redis hooks see.
 //
 // What running a key once depends on, as for approvals
 // (approvalstore): maxmemory-policy noeviction (an evicted record is

@@ -34,9 +34,8 @@ import (
 //	result_exec, result_code,      the stored result, once done: envelope and
 //	envelope, sealed, key_id, late sealed are the engine's opaque bytes
 type Redis struct {
-	rdb     redis.UniversalClient
-	cfg     config
-	scripts *redisnode.Batch // runs every script, batching concurrent ones
+	rdb redis.UniversalClient
+	cfg config
 }
 
 var _ store.ResultStore = (*Redis)(nil)
@@ -90,7 +89,7 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}") {
 		return nil, fmt.Errorf("resultstore: key prefix %q must be non-empty and free of braces (they would change the keys' hash tags)", cfg.prefix)
 	}
-	s := &Redis{rdb: client, cfg: cfg, scripts: redisnode.NewBatch(client)}
+	s := &Redis{rdb: client, cfg: cfg}
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	err := redisnode.LoadScripts(ctx, client, scripts)
@@ -109,7 +108,7 @@ func (s *Redis) run(ctx context.Context, sc *redis.Script, key string, args ...a
 	if !store.ValidResultKey(key) {
 		return nil, fmt.Errorf("resultstore: malformed key %q: want \"idk_\" and 32 lowercase hex digits", key)
 	}
-	return s.scripts.Run(ctx, sc, s.recordKey(key), append([]any{s.offset()}, args...)...)
+	return sc.Run(ctx, s.rdb, []string{s.recordKey(key)}, append([]any{s.offset()}, args...)...).Slice()
 }
 
 // offset is ARGV[1] of every script: microseconds added to Redis TIME,

@@ -1,7 +1,8 @@
-// Package redisnode holds what both Redis stores (approvalstore,
+// Package redisnode holds what the Redis stores (approvalstore,
 // resultstore) share: what they do on every node of a client (a Cluster's
-// masters, a Ring's shards, or the one node), and the batching of their
-// concurrent scripts into pipelines (Batch).
+// masters, a Ring's shards, or the one node), and the batching of
+// concurrent scripts into pipelines (Batch, which approvalstore's Consume
+// uses).
 package redisnode
 
 import (
