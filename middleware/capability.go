@@ -135,6 +135,10 @@ type Capability struct {
 	// consumed, and is IDEMPOTENCY_IN_DOUBT otherwise. Nil, the default: a
 	// repeat of a key in doubt is IDEMPOTENCY_IN_DOUBT.
 	Reconcile func(ctx context.Context, key string) (Reconciled, error)
+	// Budgets bound what the capability's calls may spend over rolling
+	// windows, across instances (see [Budget]); they need a budget store
+	// ([WithBudgetStore]). None by default.
+	Budgets []Budget
 }
 
 // Exposed reports whether the capability is served on s.

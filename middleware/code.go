@@ -63,6 +63,12 @@ const (
 	// CodePolicyUnavailable: a policy errored or panicked; nothing ran.
 	// Retryable.
 	CodePolicyUnavailable
+	// CodeBudgetExceeded: the call would take a budget past its limit;
+	// nothing ran. The envelope carries RetryAfter.
+	CodeBudgetExceeded
+	// CodeBudgetUnavailable: the budget store failed; nothing ran.
+	// Retryable.
+	CodeBudgetUnavailable
 	numCodes
 )
 
@@ -91,6 +97,8 @@ var codeNames = [numCodes]string{
 	CodeIdempotencyUnavailable: "IDEMPOTENCY_UNAVAILABLE",
 	CodePolicyDenied:           "POLICY_DENIED",
 	CodePolicyUnavailable:      "POLICY_UNAVAILABLE",
+	CodeBudgetExceeded:         "BUDGET_EXCEEDED",
+	CodeBudgetUnavailable:      "BUDGET_UNAVAILABLE",
 }
 
 // String returns the code's wire name, for example "TIMEOUT".
@@ -116,7 +124,7 @@ func parseCode(s string) (Code, bool) {
 func (c Code) retryable() bool {
 	switch c {
 	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable, CodeAuditUnavailable,
-		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable:
+		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable, CodeBudgetUnavailable:
 		return true
 	}
 	return false

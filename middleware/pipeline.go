@@ -35,14 +35,19 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call s
 	if r := x.replaying(); r != nil { // a stored result: nothing runs
 		return x.finish(r.v, r.err)
 	}
-	if x.consumed && x.ctx.Err() != nil {
-		// The caller left between the consumption and the first attempt:
-		// nothing ran, so the approval is given back.
-		x.consumed = false
-		x.e.release(x.ctx, x.approvalID, x.id)
+	if (x.consumed || x.spends != nil) && x.ctx.Err() != nil {
+		// The caller left between the consumption (or the reservation) and
+		// the first attempt: nothing ran, so the approval is given back
+		// (and the budgets, by finish).
+		if x.consumed {
+			x.consumed = false
+			x.e.release(x.ctx, x.approvalID, x.id)
+		}
 		return x.finish(nil, x.cancelled())
 	}
-	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})); err != nil {
+	started := Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID}
+	x.budgetFields(&started)
+	if err := x.unaudited(x.emit(started)); err != nil {
 		if x.consumed { // nothing ran: the approval is given back
 			x.consumed = false
 			x.e.release(x.ctx, x.approvalID, x.id)
@@ -121,6 +126,11 @@ type execution struct {
 
 	// hints are what an envelope asking for a decision tells (hints.go).
 	hints approvalHints
+	// spends are what the execution did with each budget of its
+	// capability (budget.go); noEffects counts the attempts that returned
+	// NoEffect in time.
+	spends    []spend
+	noEffects int
 }
 
 // open starts stage 2: the execution's ids and its actor. Nothing is
@@ -187,13 +197,21 @@ func (x *execution) admit() *Error {
 		return err
 	}
 	if err := x.claim(len(reasons) > 0); err != nil || x.replaying() != nil {
-		return err // a replay never reaches the gate
+		return err // a replay never reaches the gate, nor spends a budget
 	}
+	over, err := x.reserveBudgets()
+	if err != nil {
+		return err
+	}
+	reasons = append(reasons, over...)
 	if len(reasons) == 0 {
 		return nil
 	}
 	// Last: an approval consumed here must be followed by an attempt.
-	return x.gate(reasons)
+	if err := x.gate(reasons); err != nil {
+		return err
+	}
+	return x.overdraw()
 }
 
 // cheapChecks is stage 2a: what costs nothing to refuse.
@@ -218,7 +236,7 @@ func (x *execution) cheapChecks() *Error {
 // the call's safety depends on it (an approval, or a condition that reads
 // the input); for events alone it is just left without a digest.
 func (x *execution) bind() *Error {
-	strict := x.cap.Approval.Required || x.e.cfg.condition || x.keyed != nil
+	strict := x.cap.Approval.Required || x.e.cfg.condition || x.keyed != nil || x.cap.bindsInput
 	if x.call.Input == nil || x.streaming || !(strict || x.e.observed || x.e.cfg.tracer != nil) {
 		return nil
 	}
@@ -555,28 +573,40 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	// It usually has: then the context's done channel is never made.
 	select {
 	case <-a.done:
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	default:
 	}
 	select {
 	case <-a.done:
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	case <-a.Done():
 	}
 	// A result returned at the same moment the deadline fired wins.
 	select {
 	case <-a.done:
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	default:
 	}
 	a.returned = make(chan struct{})
 	if !a.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
 		<-a.done // it returned just now; its signal is on the way
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	}
 	a.abandoned = true
 	x.cap.abandoned.Add(1)
 	return nil, x.contextError(a)
+}
+
+// took takes the result of an attempt that returned in time, noting
+// whether the handler declared it had no effect (NoEffect), whose mark the
+// rest of the engine never sees.
+func (x *execution) took(a *attempt) attemptResult {
+	r := a.result()
+	var none bool
+	if r.err, none = withoutEffect(r.err); none {
+		x.noEffects++
+	}
+	return r
 }
 
 // result takes the result of an attempt whose signal was received, and
@@ -692,8 +722,10 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 		code = err.Code
 		env.Status = code.Status()
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
+		env.RetryAfter = err.retryAfter
 		x.hint(&env)
 	}
+	x.settleNoEffect()
 	if x.consumed {
 		x.recordOutcome(code)
 	}

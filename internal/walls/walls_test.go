@@ -28,7 +28,7 @@ var frameworks = []string{
 
 var adapters = []string{"connectadapter", "twirpadapter", "nethttpadapter", "grpcadapter", "mcpadapter"}
 
-var stores = []string{"approvalstore", "resultstore", "agentsafepg"}
+var stores = []string{"approvalstore", "resultstore", "budgetstore", "agentsafepg"}
 
 // wall is one rule: packages matching who must not depend on any package
 // matching what (directly or not, per transitive), except those allowed.
@@ -96,7 +96,7 @@ var walls = []wall{
 		},
 	},
 	{
-		rule: "only agentsafepg links pgx: importing approvalstore or resultstore never does",
+		rule: "only agentsafepg links pgx: importing approvalstore, resultstore or budgetstore never does",
 		who: func(p string) bool {
 			return !under("agentsafepg")(p) && !under("internal/pgtest")(p) && !under("examples")(p)
 		},
