@@ -26,14 +26,15 @@ import (
 
 	"github.com/agentsafe/agentsafe/agentsafepg"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/agentsafe/agentsafe/resultstore"
 )
 
 func main() {
-	redisURL := flag.String("redis", "", "keep approvals and stored results in Redis at this URL (redis://host:port/db) instead of in memory")
-	postgresURL := flag.String("postgres", "", "keep approvals, stored results and a strict audit trail in PostgreSQL at this URL (postgres://user@host:port/db); the schema agentsafe is created if missing")
+	redisURL := flag.String("redis", "", "keep approvals, stored results and budgets in Redis at this URL (redis://host:port/db) instead of in memory")
+	postgresURL := flag.String("postgres", "", "keep approvals, stored results, budgets and a strict audit trail in PostgreSQL at this URL (postgres://user@host:port/db); the schema agentsafe is created if missing")
 	serve := flag.Bool("serve", false, "keep serving on -addr for manual calls instead of running the scripted agent")
 	console := flag.Bool("console", false, "wait for a person to approve in the approval console instead of approving automatically")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on with -serve or -console")
@@ -52,11 +53,13 @@ func main() {
 // URL is given.
 type storeConfig struct{ redis, postgres string }
 
-// stores is where approvals and results live, the engine options that go
-// with them (a strict audit sink in PostgreSQL), and how to close them.
+// stores is where approvals, results and budgets live, the engine
+// options that go with them (a strict audit sink in PostgreSQL), and how
+// to close them.
 type stores struct {
 	approvals store.ApprovalStore
 	results   store.ResultStore
+	budgets   store.BudgetStore
 	opts      []middleware.Option
 	close     func()
 }
@@ -67,7 +70,7 @@ func run(where storeConfig, serve, console bool, addr string, out io.Writer) err
 		return err
 	}
 	defer st.close()
-	s, err := newServer(st.approvals, st.results, st.opts...)
+	s, err := newServer(st, st.opts...)
 	if err != nil {
 		return err
 	}
@@ -93,8 +96,8 @@ func run(where storeConfig, serve, console bool, addr string, out io.Writer) err
 	return err
 }
 
-// openStores opens the approval and result stores: in memory, both in
-// Redis, or both in PostgreSQL. It never falls back to memory silently.
+// openStores opens the approval, result and budget stores: in memory, all
+// in Redis, or all in PostgreSQL. It never falls back to memory silently.
 func openStores(where storeConfig) (stores, error) {
 	switch {
 	case where.redis != "":
@@ -102,7 +105,7 @@ func openStores(where storeConfig) (stores, error) {
 	case where.postgres != "":
 		return openPostgres(where.postgres)
 	}
-	return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), close: func() {}}, nil
+	return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), budgets: budgetstore.NewMemory(), close: func() {}}, nil
 }
 
 func openRedis(url string) (stores, error) {
@@ -121,7 +124,12 @@ func openRedis(url string) (stores, error) {
 		client.Close()
 		return stores{}, fmt.Errorf("-redis: %w", err)
 	}
-	return stores{approvals: approvals, results: results, close: func() { client.Close() }}, nil
+	budgets, err := budgetstore.NewRedis(client)
+	if err != nil {
+		client.Close()
+		return stores{}, fmt.Errorf("-redis: %w", err)
+	}
+	return stores{approvals: approvals, results: results, budgets: budgets, close: func() { client.Close() }}, nil
 }
 
 // openPostgres keeps approvals and results in PostgreSQL, with the audit
@@ -149,6 +157,10 @@ func openPostgres(url string) (stores, error) {
 	if err != nil {
 		return fail(err)
 	}
+	budgets, err := agentsafepg.NewBudgetStore(pool)
+	if err != nil {
+		return fail(err)
+	}
 	audit, err := agentsafepg.NewAuditSink(pool)
 	if err != nil {
 		return fail(err)
@@ -159,7 +171,7 @@ func openPostgres(url string) (stores, error) {
 		_ = audit.Close(ctx) // writes the batched events; a failure is the demo's last word anyway
 		pool.Close()
 	}
-	return stores{approvals: approvals, results: results, opts: []middleware.Option{middleware.WithAuditSink(audit)}, close: closeAll}, nil
+	return stores{approvals: approvals, results: results, budgets: budgets, opts: []middleware.Option{middleware.WithAuditSink(audit)}, close: closeAll}, nil
 }
 
 // autoApprove plays the manager: it decides through the engine, as an

@@ -32,8 +32,9 @@ var (
 )
 
 // RefundThresholdCents is the refund amount above which a manager must
-// approve (see NeedsApproval).
-const RefundThresholdCents = 100_00
+// approve (see NeedsApproval). Smaller refunds add up under the refunds
+// budget of orders.proto instead.
+const RefundThresholdCents = 500_00
 
 // Service is the order service. The zero value is not ready; use New.
 type Service struct {
@@ -59,6 +60,12 @@ func New() *Service {
 			"43": {OrderId: "43", Customer: "grace@example.com", TotalCents: 1_500_00, Status: "delivered"},
 			"44": {OrderId: "44", Customer: "edsger@example.com", TotalCents: 80_00, Status: "shipped"},
 			"45": {OrderId: "45", Customer: "barbara@example.com", TotalCents: 2_500_00, Status: "delivered"},
+			// Carol's orders, each refunded in part by her agent's loop.
+			"51": {OrderId: "51", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"52": {OrderId: "52", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"53": {OrderId: "53", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"54": {OrderId: "54", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"55": {OrderId: "55", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
 		},
 		Gateway:    NewGateway(),
 		ReportTime: time.Second,
