@@ -90,7 +90,7 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	for _, r := range slices.Concat(adapterRules, policyRules, keyRules, hintRules, outcomeRules, wireRules) {
+	for _, r := range slices.Concat(adapterRules, policyRules, keyRules, hintRules, outcomeRules, wireRules, []adapterRule{budgetRule}) {
 		t.Run(r.name, func(t *testing.T) {
 			skip := ""
 			rule := func(t *testing.T) {
@@ -359,8 +359,9 @@ type adapterRule struct {
 	engine []middleware.Option
 	// capabilities, when set, changes the suite's capabilities for the rule.
 	capabilities func(s *suite, caps map[Fixture]middleware.Capability)
-	// results gives the rule's engine a fresh result store.
-	results bool
+	// results gives the rule's engine a fresh result store, budgets a
+	// fresh budget store.
+	results, budgets bool
 	// spelling marks a rule about how the Idempotency-Key header is spelt.
 	spelling bool
 }

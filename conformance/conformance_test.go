@@ -161,6 +161,9 @@ func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req
 		wire.Del(adapter.HeaderCode)
 		wire.Del(adapter.HeaderRetryable)
 	}
+	if c.d.bug == "drops-retry-after" {
+		wire.Del(adapter.HeaderRetryAfter)
+	}
 	if c.d.bug == "keeps-relayed-headers" && out != nil && err == nil {
 		wire.Add(adapter.HeaderExecutionID, "exe_00000000000000000000000000000001")
 	}
@@ -249,7 +252,9 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Wire/an_engine's_failure_carries_Agentsafe-Code,_Agentsafe-Retryable_and_its_status",
 			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
 			"Keys/a_handler's_framework_error_is_replayed_unchanged",
+			"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED",
 		},
+		"drops-retry-after":    {"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED"},
 		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
@@ -273,6 +278,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
 			"Keys/a_dedup_window_replays_a_repeat_without_a_key",
 			"Concurrency/concurrent_calls_each_get_their_own_execution's_envelope,_headers_and_response",
+			"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED",
 		},
 		"drops-key": {
 			"Keys/a_repeat_with_the_same_key_replays_the_stored_result",

@@ -93,9 +93,11 @@ const (
 const (
 	StatusCanceled         uint32 = 1
 	StatusDeadlineExceeded uint32 = 4
-	StatusUnimplemented    uint32 = 12
-	StatusInternal         uint32 = 13
-	StatusUnavailable      uint32 = 14
+	// StatusResourceExhausted is what a budget's refusal is written as.
+	StatusResourceExhausted uint32 = 8
+	StatusUnimplemented     uint32 = 12
+	StatusInternal          uint32 = 13
+	StatusUnavailable       uint32 = 14
 )
 
 // Status is an error in the terms RPC frameworks share: a canonical code,
@@ -117,13 +119,16 @@ type Status struct {
 func (s *Status) Error() string { return fmt.Sprintf("status %d: %s", s.Code, s.Message) }
 
 // HTTPStatus is how a net/http handler answers with s: 499 Canceled, 504
-// DeadlineExceeded, 501 Unimplemented, 503 Unavailable, 500 otherwise.
+// DeadlineExceeded, 429 ResourceExhausted, 501 Unimplemented, 503
+// Unavailable, 500 otherwise.
 func (s *Status) HTTPStatus() int {
 	switch s.Code {
 	case StatusCanceled:
 		return 499
 	case StatusDeadlineExceeded:
 		return http.StatusGatewayTimeout
+	case StatusResourceExhausted:
+		return http.StatusTooManyRequests
 	case StatusUnimplemented:
 		return http.StatusNotImplemented
 	case StatusUnavailable:
@@ -140,6 +145,8 @@ func StatusFromHTTP(status int) uint32 {
 		return StatusCanceled
 	case http.StatusGatewayTimeout:
 		return StatusDeadlineExceeded
+	case http.StatusTooManyRequests:
+		return StatusResourceExhausted
 	case http.StatusNotImplemented:
 		return StatusUnimplemented
 	case http.StatusServiceUnavailable:
