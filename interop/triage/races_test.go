@@ -67,7 +67,10 @@ Timeouts/*/unary
 	}
 }
 
-func TestKnownRaceNeedsItsNameAndItsMessage(t *testing.T) {
+// raceFixtures returns the real known-races.txt and the failures of
+// testdata/races.log.
+func raceFixtures(t *testing.T) (races, []failure) {
+	t.Helper()
 	rs, err := parseRacesFile("../known-races.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +79,11 @@ func TestKnownRaceNeedsItsNameAndItsMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rs, failing
+}
+
+func TestKnownRaceNeedsItsNameAndItsMessage(t *testing.T) {
+	rs, failing := raceFixtures(t)
 	known, other := rs.split(failing)
 	var names []string
 	for _, f := range known {
@@ -90,14 +98,7 @@ func TestKnownRaceNeedsItsNameAndItsMessage(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	rs, err := parseRacesFile("../known-races.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	failing, err := parseFile("testdata/races.log")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs, failing := raceFixtures(t)
 	expected := failure{name: "gRPC Unexpected Requests/HTTPVersion:2/TLS:false/unary/no-request", lines: []string{"cardinality"}, known: true}
 	for _, tc := range []struct {
 		name    string
@@ -124,14 +125,7 @@ func TestCheck(t *testing.T) {
 }
 
 func TestReportNamesKnownRacesApart(t *testing.T) {
-	rs, err := parseRacesFile("../known-races.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	failing, err := parseFile("testdata/races.log")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs, failing := raceFixtures(t)
 	var b strings.Builder
 	// The three other failures are agentsafe's to explain: no cause of
 	// agentsafe's may claim the race's message.
