@@ -602,3 +602,15 @@ func TestBudgetAmountFromAProtoRequest(t *testing.T) {
 	_, env, err = execute(eng, t.Context(), call{Procedure: proc, Input: adapter.ProtoInput(&testv1.Request{Amount: -1})}, noop)
 	wantCode(t, env, err, middleware.CodeInvalidArgument)
 }
+
+func TestSlogSinkLogsTheBudget(t *testing.T) {
+	var buf strings.Builder
+	sink := middleware.NewSlogSink(slog.New(slog.NewJSONHandler(&buf, nil)))
+	sink.HandleEvent(t.Context(), middleware.Event{Type: middleware.EventBudgetExceeded, ExecutionID: "exe_1", Procedure: procRefund,
+		Budget: "refunds", Amount: 450, Spent: 1800, Limit: 2000, RetryAfter: time.Hour})
+	for _, want := range []string{`"budget":"refunds"`, `"amount":450`, `"spent":1800`, `"limit":2000`, `"retry_after":3600000000000`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("slog output lacks %s:\n%s", want, buf.String())
+		}
+	}
+}
