@@ -88,8 +88,8 @@ func (s *BudgetStore) Reserve(ctx context.Context, req store.BudgetRequest) (sto
 
 // Release implements [store.BudgetStore]: one DELETE of the execution's
 // own reservation.
-func (s *BudgetStore) Release(ctx context.Context, key, executionID string) error {
-	_, err := s.pool.Exec(ctx, "DELETE FROM agentsafe.budget_reservations WHERE key = $1 AND execution_id = $2", key, executionID)
+func (s *BudgetStore) Release(ctx context.Context, req store.BudgetRequest) error {
+	_, err := s.pool.Exec(ctx, "DELETE FROM agentsafe.budget_reservations WHERE key = $1 AND execution_id = $2", req.Key, req.ExecutionID)
 	return err
 }
 

@@ -2,7 +2,6 @@ package budgetstore
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -25,8 +24,13 @@ type Memory struct {
 var _ store.BudgetStore = (*Memory)(nil)
 
 // ledger is one budget key's reservations, oldest first, and their sum.
+// A released reservation stays in the queue, marked, until it ages out;
+// held finds the live ones by execution, by their sequence number (the
+// queue's first is base): no pointer per reservation for the collector.
 type ledger struct {
-	res   []reservation
+	queue []reservation
+	base  int64
+	held  map[string]int64
 	total int64
 	// end is when the newest reservation stops counting: the key is
 	// garbage from then on.
@@ -38,6 +42,7 @@ type reservation struct {
 	amount    int64
 	at        time.Time
 	overdraft bool
+	released  bool
 }
 
 // NewMemory returns an empty in-memory store.
@@ -54,24 +59,37 @@ func NewMemory(opts ...MemoryOption) *Memory {
 // trim drops the reservations that stopped counting at now, by window.
 func (l *ledger) trim(now time.Time, window time.Duration) {
 	n := 0
-	for n < len(l.res) && !now.Before(l.res[n].at.Add(window)) {
-		l.total -= l.res[n].amount
+	for n < len(l.queue) && !now.Before(l.queue[n].at.Add(window)) {
+		if r := &l.queue[n]; !r.released {
+			l.total -= r.amount
+			delete(l.held, r.execution)
+		}
 		n++
 	}
 	if n > 0 {
-		clear(l.res[:n])
-		l.res = l.res[n:]
+		// The dropped prefix is not cleared: append reallocates the queue
+		// well before it holds more than twice the live reservations.
+		l.queue = l.queue[n:]
+		l.base += int64(n)
 	}
 }
 
-// find returns the index of execution's reservation, or -1.
-func (l *ledger) find(execution string) int {
-	for i := len(l.res) - 1; i >= 0; i-- { // a repeat comes soon after its first
-		if l.res[i].execution == execution {
-			return i
+// find returns execution's live reservation, or nil.
+func (l *ledger) find(execution string) *reservation {
+	seq, ok := l.held[execution]
+	if !ok {
+		return nil
+	}
+	return &l.queue[seq-l.base]
+}
+
+// live iterates the reservations not released, oldest first.
+func (l *ledger) live(yield func(*reservation) bool) {
+	for i := range l.queue {
+		if r := &l.queue[i]; !r.released && !yield(r) {
+			return
 		}
 	}
-	return -1
 }
 
 // Reserve implements [store.BudgetStore]: the checks and the write happen
@@ -86,40 +104,42 @@ func (m *Memory) Reserve(_ context.Context, req store.BudgetRequest) (store.Budg
 	m.sweep(now)
 	l := m.keys[req.Key]
 	if l == nil {
-		l = &ledger{}
+		l = &ledger{held: make(map[string]int64)}
 		m.keys[req.Key] = l
 	}
 	l.trim(now, req.Window)
-	if i := l.find(req.ExecutionID); i >= 0 {
-		return store.BudgetReservation{Reserved: true, Overdraft: l.res[i].overdraft, Spent: l.total}, nil
+	if r := l.find(req.ExecutionID); r != nil {
+		return store.BudgetReservation{Reserved: true, Overdraft: r.overdraft, Spent: l.total}, nil
 	}
 	over := l.total+req.Amount > req.Limit
 	if over && !req.Overdraft {
-		ends := make([]time.Time, len(l.res))
-		amounts := make([]int64, len(l.res))
-		for i, r := range l.res {
-			ends[i], amounts[i] = r.at.Add(req.Window), r.amount
+		var ends []time.Time
+		var amounts []int64
+		for r := range l.live {
+			ends, amounts = append(ends, r.at.Add(req.Window)), append(amounts, r.amount)
 		}
 		return store.BudgetReservation{Spent: l.total,
 			RetryAfter: store.BudgetRetryAfter(now, ends, amounts, l.total, req.Amount, req.Limit)}, nil
 	}
-	l.res = append(l.res, reservation{execution: req.ExecutionID, amount: req.Amount, at: now, overdraft: over})
+	l.held[req.ExecutionID] = l.base + int64(len(l.queue))
+	l.queue = append(l.queue, reservation{execution: req.ExecutionID, amount: req.Amount, at: now, overdraft: over})
 	l.total += req.Amount
 	l.end = now.Add(req.Window)
 	return store.BudgetReservation{Reserved: true, Overdraft: over, Spent: l.total}, nil
 }
 
 // Release implements [store.BudgetStore].
-func (m *Memory) Release(_ context.Context, key, executionID string) error {
+func (m *Memory) Release(_ context.Context, req store.BudgetRequest) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l := m.keys[key]
+	l := m.keys[req.Key]
 	if l == nil {
 		return nil
 	}
-	if i := l.find(executionID); i >= 0 {
-		l.total -= l.res[i].amount
-		l.res = slices.Delete(l.res, i, i+1)
+	if r := l.find(req.ExecutionID); r != nil {
+		r.released = true
+		l.total -= r.amount
+		delete(l.held, req.ExecutionID)
 	}
 	return nil
 }
@@ -134,7 +154,7 @@ func (m *Memory) Read(_ context.Context, key string, window time.Duration) (stor
 	if l == nil {
 		return u, nil
 	}
-	for _, r := range l.res {
+	for r := range l.live {
 		if !now.Before(r.at.Add(window)) {
 			continue
 		}

@@ -19,13 +19,15 @@ import (
 // server instance sharing the deployment: a single node, a
 // Sentinel-managed primary (redis.NewFailoverClient) or a Cluster.
 //
-// A budget key's reservations are two Redis keys under one hash tag,
-// {prefix:bgt_…}: a sorted set of execution ids scored by the time of
-// their reservation (unix microseconds, Redis TIME), and a hash from
-// execution id to amount ("!" appended for an overdraft) that also keeps
-// their running sum. Each method is one script over those two keys, on
-// one node of a Cluster, in one round trip: Reserve trims what aged out
-// of the window, sums, checks and adds in one step.
+// A budget key is one sorted set at {prefix:bgt_…} (the whole key its own
+// hash tag): each reservation a member "<execution id>|<amount>" ("!"
+// appended for an overdraft) scored by its time in unix microseconds
+// (Redis TIME), and a member "#" scored by minus their sum. Each method is
+// one script over that one key, on one node of a Cluster, in one round
+// trip: Reserve trims what aged out of the window, reads the sum and its
+// own member, checks and adds in one step: TIME, ZMSCORE, ZRANGEBYSCORE,
+// ZADD and PTTL on the path of a reservation that fits, and a PEXPIRE
+// about once a window.
 type Redis struct {
 	rdb redis.UniversalClient
 	cfg config
@@ -86,11 +88,10 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	return &Redis{rdb: client, cfg: cfg}, nil
 }
 
-// keys are the Redis keys of a budget key: the times, then the amounts,
-// both under the budget key's hash tag.
+// keys are the Redis keys of a budget key: its sorted set, all of it the
+// hash tag.
 func (s *Redis) keys(key string) []string {
-	tag := "{" + s.cfg.prefix + ":" + key + "}"
-	return []string{tag + ":t", tag + ":a"}
+	return []string{"{" + s.cfg.prefix + ":" + key + "}"}
 }
 
 // run runs a script on one budget key, with the clock offset first in
@@ -120,28 +121,23 @@ func (s *Redis) Reserve(ctx context.Context, req store.BudgetRequest) (store.Bud
 	if req.Amount > maxExact || req.Limit > maxExact {
 		return store.BudgetReservation{}, fmt.Errorf("budgetstore: amount %d or limit %d is past 2^53, where the Redis store's arithmetic stops being exact", req.Amount, req.Limit)
 	}
-	r, err := s.run(ctx, reserveScript, req.Key, req.ExecutionID, req.Amount, req.Limit, micros(req.Window), flag(req.Overdraft)).Slice()
+	r, err := s.run(ctx, reserveScript, req.Key, req.ExecutionID, req.Amount, req.Limit, micros(req.Window), flag(req.Overdraft)).Int64Slice()
 	if err != nil {
 		return store.BudgetReservation{}, err
 	}
-	word, _ := at(r, 0).(string)
-	a, aok := number(at(r, 1))
-	b, bok := number(at(r, 2))
-	switch {
-	case word == "reserved" && len(r) == 3 && bok:
-		return store.BudgetReservation{Reserved: true, Overdraft: at(r, 1) == "1", Spent: b}, nil
-	case word == "refused" && len(r) == 3 && aok && bok:
-		return store.BudgetReservation{Spent: a, RetryAfter: time.Duration(b) * time.Microsecond}, nil
+	if len(r) != 4 {
+		return store.BudgetReservation{}, fmt.Errorf("budgetstore: unexpected script reply %v", r)
 	}
-	return store.BudgetReservation{}, unexpected(r)
+	return store.BudgetReservation{Reserved: r[0] == 1, Overdraft: r[1] == 1, Spent: r[2], RetryAfter: time.Duration(r[3]) * time.Microsecond}, nil
 }
 
-// Release implements [store.BudgetStore].
-func (s *Redis) Release(ctx context.Context, key, executionID string) error {
-	if !store.ValidBudgetKey(key) {
-		return nil // no such key can hold a reservation
+// Release implements [store.BudgetStore]: it finds the reservation by its
+// execution and amount.
+func (s *Redis) Release(ctx context.Context, req store.BudgetRequest) error {
+	if !store.ValidBudgetKey(req.Key) || req.Amount < 0 || req.Amount > maxExact {
+		return nil // no such key or amount can hold a reservation
 	}
-	r, err := s.run(ctx, releaseScript, key, executionID).Text()
+	r, err := s.run(ctx, releaseScript, req.Key, req.ExecutionID, req.Amount).Text()
 	if err != nil {
 		return err
 	}

@@ -111,9 +111,11 @@ func (c *budgetCheck) spent(rule, key string, spent int64, reservations int) {
 	}
 }
 
-func (c *budgetCheck) release(key, execution string) {
+// release releases what execution reserved on key, as the engine does:
+// with the request it reserved with.
+func (c *budgetCheck) release(key, execution string, amount int64) {
 	c.Helper()
-	if err := c.s.Store.Release(c.ctx, key, execution); err != nil {
+	if err := c.s.Store.Release(c.ctx, req(key, execution, amount)); err != nil {
 		c.Fatalf("Release: %v", err)
 	}
 }
@@ -223,12 +225,12 @@ var budgetRules = []struct {
 		key := c.key()
 		c.reserved(rule, req(key, "exe_a", 60), 60)
 		c.reserved(rule, req(key, "exe_b", 40), 100)
-		c.release(key, "exe_z") // holds nothing
-		c.release(c.key(), "exe_a")
+		c.release(key, "exe_z", 60) // holds nothing
+		c.release(c.key(), "exe_a", 60)
 		c.spent(rule+" (a release of what is not held)", key, 100, 2)
-		c.release(key, "exe_a")
+		c.release(key, "exe_a", 60)
 		c.spent(rule, key, 40, 1)
-		c.release(key, "exe_a") // repeated: a no-op
+		c.release(key, "exe_a", 60) // repeated: a no-op
 		c.spent(rule+" (repeated)", key, 40, 1)
 		c.reserved(rule, req(key, "exe_c", 60), 100)
 	}},
@@ -236,7 +238,7 @@ var budgetRules = []struct {
 		const rule = "after its Release, an execution holds nothing: its next Reserve is a new reservation"
 		key := c.key()
 		c.reserved(rule, req(key, "exe_a", 60), 60)
-		c.release(key, "exe_a")
+		c.release(key, "exe_a", 60)
 		c.reserved(rule, req(key, "exe_a", 70), 70)
 		c.spent(rule, key, 70, 1)
 	}},
@@ -258,6 +260,10 @@ var budgetRules = []struct {
 			c.Errorf("%s: Read found %+v, want 120 spent, 2 reservations, 1 overdraft of 30", rule, u)
 		}
 		c.refused(rule+" (a window past its limit takes nothing more)", req(key, "exe_c", 0), 120)
+		c.release(key, "exe_b", 30)
+		if u := c.read(key, budgetWindow); u.Spent != 90 || u.Overdrafts != 0 {
+			c.Errorf("%s: an overdraft released: Read found %+v, want 90 spent and no overdraft", rule, u)
+		}
 		c.s.Advance(budgetWindow)
 		if u := c.read(key, budgetWindow); u != (store.BudgetUsage{}) {
 			c.Errorf("%s: an overdraft ages out like any reservation: %+v", rule, u)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/amount"
@@ -157,6 +158,15 @@ type budgetRule struct {
 	// key is the budget key of a PerAudience budget: the same for every
 	// call.
 	key string
+	// last is the key of the actor that called last: a loop of calls by
+	// one agent, what budgets are for, derives its key once.
+	last atomic.Pointer[actorKey]
+}
+
+// actorKey is a budget key and the actor it was derived for.
+type actorKey struct {
+	actor Actor
+	key   string
 }
 
 // resolveBudgets orders a capability's budgets as they are reserved: deny
@@ -182,8 +192,8 @@ func (e *Engine) resolveBudgets(bs []Budget) []*budgetRule {
 // budgetKey is the store's key of budget b for actor a, in audience: who
 // spends together under b.Per, never shared across budgets or audiences.
 func budgetKey(audience string, b Budget, a Actor) string {
-	parts := make([]string, 0, 8+len(a.OnBehalfOf))
-	parts = append(parts, "budget", audience, b.Name, b.Per.String())
+	var buf [12]string // on the stack for a chain of up to four: a key is derived on every call
+	parts := append(buf[:0], "budget", audience, b.Name, b.Per.String())
 	switch b.Per {
 	case PerActor:
 		parts = append(parts, a.ID, a.Tenant, a.Kind, strconv.Itoa(len(a.OnBehalfOf)))
@@ -209,7 +219,12 @@ func (x *execution) budgetKey(r *budgetRule) string {
 	if r.key != "" {
 		return r.key
 	}
-	return budgetKey(x.e.cfg.audience, r.Budget, x.actor)
+	if last := r.last.Load(); last != nil && store.SameActor(last.actor, x.actor) {
+		return last.key
+	}
+	key := budgetKey(x.e.cfg.audience, r.Budget, x.actor)
+	r.last.Store(&actorKey{actor: x.actor, key: key})
+	return key
 }
 
 // spend is what an execution did with one budget of its capability.
@@ -332,7 +347,7 @@ func (x *execution) reserve(budgets store.BudgetStore, req store.BudgetRequest) 
 			return res, nil
 		}
 		if x.ctx.Err() != nil || try == len(budgetRetries) || !x.sleepWithin(budgetRetries[try]) {
-			x.e.releaseBudget(x.ctx, req.Key, x.id)
+			x.e.releaseBudget(x.ctx, req)
 			if x.ctx.Err() != nil {
 				return res, x.cancelled()
 			}
@@ -393,7 +408,7 @@ func (x *execution) settleBudgets() {
 	for i := range x.spends {
 		if s := &x.spends[i]; s.reserved {
 			s.reserved = false
-			x.writeBudget(s.key)
+			x.writeBudget(store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount})
 		}
 	}
 }
@@ -416,11 +431,11 @@ func (x *execution) hadNoEffect() bool {
 	return x.attempts == 0 || x.noEffects == x.attempts
 }
 
-func (x *execution) writeBudget(key string) {
+func (x *execution) writeBudget(req store.BudgetRequest) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
 	for try := 0; ; try++ {
-		err := x.e.cfg.budgets.Release(ctx, key, x.id)
+		err := x.e.cfg.budgets.Release(ctx, req)
 		if err == nil || try == len(budgetRetries) {
 			return
 		}
@@ -436,12 +451,12 @@ func (x *execution) writeBudget(key string) {
 
 // releaseBudget gives back what a Reserve whose reply was lost may have
 // reserved, in the background, bounded.
-func (e *Engine) releaseBudget(ctx context.Context, key, executionID string) {
+func (e *Engine) releaseBudget(ctx context.Context, req store.BudgetRequest) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		defer cancel()
-		_ = e.cfg.budgets.Release(ctx, key, executionID)
+		_ = e.cfg.budgets.Release(ctx, req)
 	}()
 }
 

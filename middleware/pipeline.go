@@ -46,7 +46,9 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call s
 		return x.finish(nil, x.cancelled())
 	}
 	started := Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID}
-	x.budgetFields(&started)
+	if x.e.observed {
+		x.budgetFields(&started)
+	}
 	if err := x.unaudited(x.emit(started)); err != nil {
 		if x.consumed { // nothing ran: the approval is given back
 			x.consumed = false

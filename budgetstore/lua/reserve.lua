@@ -1,53 +1,62 @@
 -- reserve: stage 2e of a call with a budget.
--- KEYS[1] the times, KEYS[2] the amounts. ARGV[2] execution id, ARGV[3]
--- amount, ARGV[4] limit, ARGV[5] window (µs), ARGV[6] '1' to reserve past
--- the limit (an approved overdraft).
--- Replies {'reserved', overdraft '1'/'0', spent} or {'refused', spent,
--- retry after (µs, '0' for never)}.
+-- KEYS[1] the budget key. ARGV[2] execution id, ARGV[3] amount, ARGV[4]
+-- limit, ARGV[5] window (µs), ARGV[6] '1' to reserve past the limit (an
+-- approved overdraft).
+-- Replies {reserved 1/0, overdraft 1/0, spent, retry after (µs; 0 when
+-- reserved, or when the amount never fits)}.
 --
 -- Trim, sum, check, add: one step. A repeat by an execution that holds a
--- reservation within the window answers as the first did, adding nothing.
+-- reservation within the window answers as the first did, adding nothing
+-- (only a request that may overdraw can have made an overdraft, so only
+-- its repeat looks for one).
 local now = now_us()
 local window = tonumber(ARGV[5])
-local total = trim(now, window)
-local held = redis.call('HGET', KEYS[2], ARGV[2])
-if held then
-  local _, over = parse(held)
-  return {'reserved', over and '1' or '0', int(total)}
+local mine = ARGV[2] .. '|' .. ARGV[3]
+local overdraws = ARGV[6] == '1'
+local found
+if overdraws then
+  found = redis.call('ZMSCORE', KEYS[1], '#', mine, mine .. '!')
+else
+  found = redis.call('ZMSCORE', KEYS[1], '#', mine)
 end
+local total, trimmed = trim(now, window, -(tonumber(found[1]) or 0))
+local live = now - window
+local held = found[2] and tonumber(found[2]) > live
+local heldOver = found[3] and tonumber(found[3]) > live
 local amount = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local over = total + amount > limit
-if over and ARGV[6] ~= '1' then
+if held or heldOver or (over and not overdraws) then
+  if trimmed then
+    redis.call('ZADD', KEYS[1], -total, '#')
+  end
+  if held or heldOver then
+    return {1, heldOver and 1 or 0, total, 0}
+  end
   if amount > limit then
-    return {'refused', int(total), '0'}
+    return {0, 0, total, 0}
   end
   -- Oldest first: when enough has aged out for the amount to fit.
   local need = total + amount - limit
-  local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  local ids = {}
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '+inf', 'WITHSCORES')
   for i = 1, #members, 2 do
-    ids[#ids + 1] = members[i]
-  end
-  local stored = amounts(ids)
-  for i = 1, #ids do
-    if stored[i] then
-      need = need - parse(stored[i])
-      if need <= 0 then
-        return {'refused', int(total), int(tonumber(members[2 * i]) + window - now)}
-      end
+    need = need - parse(members[i])
+    if need <= 0 then
+      return {0, 0, total, tonumber(members[i + 1]) + window - now}
     end
   end
-  return {'refused', int(total), '0'}
+  return {0, 0, total, 0}
 end
-local stored = ARGV[3]
 if over then
-  stored = stored .. '!'
+  mine = mine .. '!'
 end
-redis.call('ZADD', KEYS[1], int(now), ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[2], stored, '#total', int(total + amount))
--- Garbage only: a second after the newest reservation stops counting.
-local ttl = int(math.ceil(window / 1000) + 1000)
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
-return {'reserved', over and '1' or '0', int(total + amount)}
+redis.call('ZADD', KEYS[1], now, mine, -(total + amount), '#')
+-- The key's TTL collects garbage only: it ends at least a second after the
+-- newest reservation stops counting. It is set again only once half a
+-- window has passed (a TTL is Redis's clock: tests' offsets never shorten
+-- it).
+local ttl = math.ceil(window / 1000) + 1000
+if redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+end
+return {1, over and 1 or 0, total + amount, 0}

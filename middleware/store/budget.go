@@ -46,12 +46,15 @@ type BudgetStore interface {
 	// window answers Reserved, as the first Reserve did, and adds nothing.
 	// Reservations older than the window may be removed by any step.
 	Reserve(ctx context.Context, req BudgetRequest) (BudgetReservation, error)
-	// Release removes the reservation of executionID from key, in one
-	// atomic step, so that what it held is free again at once. For any
-	// other (no reservation of executionID on key, another execution's
-	// reservations) it is a no-op that returns nil: a release never takes
-	// away what another execution holds.
-	Release(ctx context.Context, key, executionID string) error
+	// Release removes the reservation req.ExecutionID holds on req.Key,
+	// in one atomic step, so that what it held is free again at once.
+	// req is the request the reservation was made with (a store may find
+	// the reservation by its amount too; Limit, Window and Overdraft do
+	// not matter). For any other (no reservation of req.ExecutionID on
+	// req.Key, another execution's reservations) it is a no-op that
+	// returns nil: a release never takes away what another execution
+	// holds.
+	Release(ctx context.Context, req BudgetRequest) error
 	// Read returns what the reservations of key younger than window add up
 	// to, as of the store's clock. It changes nothing the engine could
 	// see; it is for Engine.Budget, operators and tests.

@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentsafe/agentsafe/budgetstore"
+	"github.com/agentsafe/agentsafe/internal/redistest"
+	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// Budgets: what a budget adds to a governed call, and what a reservation
+// costs on Redis.
+
+const procSend = "/bench.v1.Orders/Send"
+
+// budgetEngine is an engine with one write capability, with a call budget
+// per actor on a memory store when budget is set (a limit no run reaches),
+// and the same capability without one otherwise.
+func budgetEngine(b testing.TB, budget bool) *middleware.Engine {
+	c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second}
+	opts := []middleware.Option{middleware.WithProtoFiles(nil), quiet}
+	if budget {
+		c.Budgets = []middleware.Budget{{Name: "sends", Limit: 1 << 62, Window: time.Millisecond, Per: middleware.PerActor}}
+		opts = append(opts, middleware.WithBudgetStore(budgetstore.NewMemory()))
+	}
+	eng, err := middleware.New(middleware.NewRegistry().Register(procSend, c), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
+}
+
+func sendLoop(b *testing.B, eng *middleware.Engine) {
+	ctx := context.Background()
+	route := adapter.Resolve(eng, procSend)
+	defer cpu(b)()
+	for b.Loop() {
+		v, _, err := adapter.Execute(ctx, route, adapter.Call[any]{}, noop)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink = v
+	}
+}
+
+// BenchmarkBudget: one governed no-op write in process, with one call
+// budget per actor on the memory store, against the same call without a
+// budget (target: ≤ 1.15×).
+func BenchmarkBudget(b *testing.B) {
+	b.Run("impl=none", func(b *testing.B) { sendLoop(b, budgetEngine(b, false)) })
+	b.Run("impl=budget", func(b *testing.B) { sendLoop(b, budgetEngine(b, true)) })
+}
+
+// windowScript is the least script that does a reservation's work on
+// Redis correctly: trim what aged out of the window (and take it off the
+// sum), read the sum, check the limit, add the reservation and the new
+// sum. It keeps none of the store's other promises: a repeat after a lost
+// reply adds again, a refusal does not say when to retry, the keys have
+// no TTL, and the sum and the reservations are two keys.
+var windowScript = redis.NewScript(`local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local edge = now - tonumber(ARGV[2])
+local total = tonumber(redis.call('GET', KEYS[2]) or '0')
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', edge)
+if #old > 0 then
+  for i = 1, #old do
+    total = total - tonumber(string.match(old[i], '|(%d+)$'))
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', edge)
+end
+local amount = tonumber(ARGV[3])
+if total + amount > tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now, ARGV[1] .. '|' .. ARGV[3])
+redis.call('SET', KEYS[2], total + amount)
+return 1`)
+
+var reserveRound atomic.Int64
+
+// reserveOp is the Redis store's Reserve of 1 on one budget key per round,
+// each call a new execution; windowOp go-redis running windowScript the
+// same way.
+func reserveOp(ctx context.Context, s *budgetstore.Redis) func(i int) error {
+	key := fmt.Sprintf("bgt_%016x%016x", 0, reserveRound.Add(1))
+	return func(i int) error {
+		_, err := s.Reserve(ctx, store.BudgetRequest{Key: key, ExecutionID: "exe_" + strconv.Itoa(i), Amount: 1, Limit: 1 << 50, Window: time.Hour})
+		return err
+	}
+}
+
+func windowOp(ctx context.Context, rdb redis.UniversalClient) func(i int) error {
+	r := reserveRound.Add(1)
+	keys := []string{fmt.Sprintf("win:{%d}:t", r), fmt.Sprintf("win:{%d}:a", r)}
+	window := strconv.FormatInt(time.Hour.Microseconds(), 10)
+	return func(i int) error {
+		return windowScript.Run(ctx, rdb, keys, "exe_"+strconv.Itoa(i), window, 1, 1<<50).Err()
+	}
+}
+
+// BenchmarkReserve: the Redis budget store's Reserve against go-redis
+// running windowScript, at 1 and 64 concurrent callers (target: ≥ 0.8×
+// the script's ops/s).
+func BenchmarkReserve(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, c := range []int{1, 64} {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: c})
+		b.Cleanup(func() { _ = rdb.Close() })
+		s, err := budgetstore.NewRedis(rdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, impl := range []string{"reserve", "script"} {
+			b.Run(fmt.Sprintf("c=%d/impl=%s", c, impl), func(b *testing.B) {
+				op := windowOp(b.Context(), rdb)
+				if impl == "reserve" {
+					op = reserveOp(b.Context(), s)
+				}
+				ops, err := claims(b.Context(), b.N, c, op)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(ops, "ops/s")
+			})
+		}
+	}
+}
+
+// TestBudgetTargets measures the budgets' targets in one run, alternating
+// the contenders for a few rounds (the machine is shared) and logging
+// medians and ratios:
+//   - a governed call with one budget on the memory store / the same call
+//     without (≤ 1.15), time and CPU;
+//   - the Redis Reserve / go-redis running windowScript, ops/s at 1 and 64
+//     callers (≥ 0.8).
+//
+// A measurement, not a check: set AGENTSAFE_BENCH_BUDGETS=1 to run it.
+//
+//	AGENTSAFE_BENCH_BUDGETS=1 AGENTSAFE_REQUIRE_REDIS=1 go test -run TestBudgetTargets -v .
+func TestBudgetTargets(t *testing.T) {
+	if os.Getenv("AGENTSAFE_BENCH_BUDGETS") != "1" {
+		t.Skip("a measurement: set AGENTSAFE_BENCH_BUDGETS=1 to run it")
+	}
+	srv := redistest.Start(t)
+	if srv.Kind() != redistest.RedisServer {
+		t.Skip("the targets need a real redis-server")
+	}
+	ctx := t.Context()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := budgetstore.NewRedis(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, budget := budgetEngine(t, false), budgetEngine(t, true)
+	measure := func(eng *middleware.Engine) (ns, cpuNs float64) {
+		r := testing.Benchmark(func(b *testing.B) { sendLoop(b, eng) })
+		return float64(r.T.Nanoseconds()) / float64(r.N), r.Extra["cpu-ns/op"]
+	}
+	const rounds = 9
+	var times, cpus [2][]float64 // none, budget
+	var rates [2][2][]float64    // c=1, c=64 × reserve, script (ops/s)
+	for round := range rounds {
+		for j, eng := range []*middleware.Engine{none, budget} {
+			if round%2 == 1 { // alternate which goes first
+				j, eng = 1-j, []*middleware.Engine{none, budget}[1-j]
+			}
+			ns, c := measure(eng)
+			times[j], cpus[j] = append(times[j], ns), append(cpus[j], c)
+		}
+		for k, c := range []int{1, 64} {
+			n := 4000 * c / min(c, 8)
+			ops := [2]func(int) error{reserveOp(ctx, s), windowOp(ctx, rdb)}
+			for j := range 2 {
+				j = (j + round) % 2
+				rate, err := claims(ctx, n, c, ops[j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				rates[k][j] = append(rates[k][j], rate)
+			}
+		}
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	med := func(xs []float64) float64 { s := slices.Sorted(slices.Values(xs)); return s[len(s)/2] }
+	t.Logf("governed no-op write in process: without a budget %.2f µs (%.2f µs CPU), with one budget on memory %.2f µs (%.2f µs CPU), medians of %d rounds",
+		med(times[0])/1e3, med(cpus[0])/1e3, med(times[1])/1e3, med(cpus[1])/1e3, rounds)
+	t.Logf("with a budget / without: time %.2f, CPU %.2f (target ≤ 1.15)", med(times[1])/med(times[0]), med(cpus[1])/med(cpus[0]))
+	for k, c := range []int{1, 64} {
+		re, sc := med(rates[k][0]), med(rates[k][1])
+		t.Logf("c=%-2d Redis Reserve %6.0f ops/s, go-redis window script %6.0f ops/s: Reserve / script = %.2f (target ≥ 0.8)", c, re, sc, re/sc)
+	}
+}
