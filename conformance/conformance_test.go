@@ -272,6 +272,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
 			"Keys/a_dedup_window_replays_a_repeat_without_a_key",
+			"Keys/a_key_on_a_read_has_no_effect",
 			"Concurrency/concurrent_calls_each_get_their_own_execution's_envelope,_headers_and_response",
 		},
 		"drops-key": {
@@ -285,6 +286,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/a_gated_call_runs_once,_and_a_repeat_never_consumes_again",
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
+			"Keys/a_key_on_a_read_has_no_effect",
 		},
 	} {
 		t.Run(bug, func(t *testing.T) {

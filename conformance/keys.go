@@ -233,6 +233,26 @@ var keyRules = []adapterRule{
 			s.Errorf("%s: another caller key must give the handler another key", rule)
 		}
 	}},
+	{name: "Keys/a key on a read has no effect", results: true, check: func(s *suite) {
+		const rule = "a caller's key on a read is checked and then ignored: nothing is stored, every call runs under its own key"
+		req := s.request(ModeOK)
+		first := s.callKeyed(FixtureRead, req, "", "read-42")
+		s.expect(rule, first, middleware.CodeOK)
+		r := s.callKeyed(FixtureRead, req, "", "read-42")
+		s.expect(rule, r, middleware.CodeOK)
+		runs := s.wantRuns(rule, req.ID, 2)
+		if r.Envelope.Replayed || r.Header.Get(adapter.HeaderReplayed) != "" || r.Envelope.ExecutionID == first.Envelope.ExecutionID {
+			s.Errorf("%s: the repeat ran as a call of its own, not a replay: %+v", rule, r.Envelope)
+		}
+		if runs[0].IdempotencyKey == runs[1].IdempotencyKey {
+			s.Errorf("%s: each run has its own idempotency key, not one derived from the caller's: %s", rule, runs[0].IdempotencyKey)
+		}
+		if !keyArgument(s.client) {
+			bad := s.request(ModeOK)
+			s.expect(rule+": a malformed key is still refused", s.callKeyed(FixtureRead, bad, "", `"unterminated`), middleware.CodeInvalidArgument)
+			s.wantRuns(rule, bad.ID, 0)
+		}
+	}},
 	{name: "Keys/a dedup window replays a repeat without a key", results: true, capabilities: func(_ *suite, caps map[Fixture]middleware.Capability) {
 		c := caps[FixtureWrite]
 		c.Dedup = time.Minute

@@ -57,6 +57,10 @@ import (
 // [Capability].Dedup replays repeats without a key within a window, and
 // needs a result store too. Without one, the Idempotency-Key of incoming
 // calls is ignored. Streams are never stored or replayed.
+//
+// A key on a read (side effect none or read) is checked (a malformed one
+// is INVALID_ARGUMENT) and then has no effect, as at Stripe: nothing is
+// claimed or stored, and the read runs; a dedup window still applies.
 func WithResultStore(s store.ResultStore) Option {
 	return optionFunc(func(c *config) { c.results = s })
 }
@@ -140,22 +144,28 @@ func (c *config) resultRetention() time.Duration {
 
 // callerKey is part of stage 2a: it reads the caller's Idempotency-Key
 // (or notes the capability's dedup window). An engine without a result
-// store ignores both; a stream is never replayed.
+// store ignores both; a stream is never replayed. A key on a read (side
+// effect none or read) is checked and then has no effect, as at Stripe:
+// a read has nothing a repeat could run twice, so nothing is claimed or
+// stored for it, and one caller's keyed reads never fill the store; the
+// capability's dedup window, when it has one, still applies.
 func (x *execution) callerKey() *Error {
 	if x.e.cfg.results == nil || x.streaming {
 		return nil
 	}
-	if x.call.IdempotencyKey == "" {
-		if x.cap.Dedup > 0 {
-			x.keyed = &keyed{retention: x.cap.Dedup}
+	if x.call.IdempotencyKey != "" {
+		k, err := parseCallerKey(x.call.IdempotencyKey)
+		if err != nil {
+			return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: %s", headerIdempotencyKey, err), Cause: err}
 		}
-		return nil
+		if x.cap.SideEffect.WriteLike() {
+			x.keyed = &keyed{callerKey: k, retention: x.e.cfg.resultRetention()}
+			return nil
+		}
 	}
-	k, err := parseCallerKey(x.call.IdempotencyKey)
-	if err != nil {
-		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: %s", headerIdempotencyKey, err), Cause: err}
+	if x.cap.Dedup > 0 {
+		x.keyed = &keyed{retention: x.cap.Dedup}
 	}
-	x.keyed = &keyed{callerKey: k, retention: x.e.cfg.resultRetention()}
 	return nil
 }
 

@@ -336,6 +336,58 @@ func TestKeysAreIgnoredWithoutAResultStore(t *testing.T) {
 	}
 }
 
+// TestAKeyOnAReadHasNoEffect: as at Stripe, a caller's key on a read
+// (side effect none or read) is checked and then ignored: nothing is
+// claimed or stored, every call runs; a malformed key is still refused,
+// and a dedup window still applies.
+func TestAKeyOnAReadHasNoEffect(t *testing.T) {
+	none := middleware.Capability{SideEffect: middleware.SideEffectNone, Timeout: time.Second}
+	for name, c := range map[string]middleware.Capability{"read": readCap, "none": none} {
+		t.Run(name, func(t *testing.T) {
+			r := oneResult(t, c)
+			var keys []string
+			for range 2 {
+				_, env, err := r.call(t.Context(), keyedCall{key: "order-42"}, func(ctx context.Context) (any, error) {
+					x, _ := middleware.ExecutionFromContext(ctx)
+					keys = append(keys, x.IdempotencyKey)
+					return refunded(ctx)
+				})
+				wantCode(t, env, err, middleware.CodeOK)
+				if env.Replayed {
+					t.Errorf("a key on a read replays nothing: %+v", env)
+				}
+			}
+			r.wantRuns("a key on a read has no effect: each call runs", 2)
+			if keys[0] == keys[1] {
+				t.Errorf("a key on a read is not the execution's key: both runs saw %s", keys[0])
+			}
+			for _, k := range keys {
+				if rec, err := r.record(k); !errors.Is(err, store.ErrResultNotFound) {
+					t.Errorf("a key on a read stores nothing: %+v (%v)", rec, err)
+				}
+			}
+			_, env, err := r.call(t.Context(), keyedCall{key: `"unterminated`}, refunded)
+			wantCode(t, env, err, middleware.CodeInvalidArgument)
+			_, env, err = adapter.Execute(as(t.Context(), agent), adapter.Resolve(r.eng, procRefund),
+				adapter.Call[any]{Input: adapter.JSONInput([]byte(`{"a":1,"a":2}`)), IdempotencyKey: "k", Codec: stringCodec{}}, refunded)
+			wantCode(t, env, err, middleware.CodeOK) // nothing needs the digest of a read's input
+		})
+	}
+	t.Run("dedup", func(t *testing.T) {
+		c := readCap
+		c.Dedup = time.Minute
+		r := oneResult(t, c)
+		_, first, err := r.call(t.Context(), keyedCall{key: "a"}, refunded)
+		wantCode(t, first, err, middleware.CodeOK)
+		_, env, err := r.call(t.Context(), keyedCall{key: "b"}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		if !env.Replayed || env.ExecutionID != first.ExecutionID {
+			t.Errorf("a read's dedup window applies whatever key it carries: %+v", env)
+		}
+		r.wantRuns("a read's dedup window replays", 1)
+	})
+}
+
 func TestAKeyedCallMustBindItsInput(t *testing.T) {
 	r := oneResult(t, writeCap)
 	for name, in := range map[string]adapter.Input{
