@@ -233,6 +233,24 @@ var keyRules = []adapterRule{
 			s.Errorf("%s: another caller key must give the handler another key", rule)
 		}
 	}},
+	{name: "Keys/a caller at its result quota is IDEMPOTENCY_QUOTA_EXCEEDED", results: true, engine: []middleware.Option{middleware.WithResultQuota(1, 1<<20)}, check: func(s *suite) {
+		const rule = "a key that would make a new result for a caller at its quota is refused IDEMPOTENCY_QUOTA_EXCEEDED (ResourceExhausted, HTTP 429), not safe to re-invoke, and nothing runs"
+		first := s.request(ModeOK)
+		stored := s.callKeyed(FixtureWrite, first, "", "quota-1")
+		s.expect(rule, stored, middleware.CodeOK)
+		req := s.request(ModeOK)
+		r := s.callKeyed(FixtureWrite, req, "", "quota-2")
+		s.expect(rule, r, middleware.CodeIdempotencyQuotaExceeded)
+		s.wantRuns(rule, req.ID, 0)
+		if r.Envelope.Error.Retryable || r.Header.Get(adapter.HeaderCode) != middleware.CodeIdempotencyQuotaExceeded.String() || r.Header.Get(adapter.HeaderRetryable) != "false" {
+			s.Errorf("%s: envelope %+v, headers %s %q and %s %q", rule, r.Envelope.Error,
+				adapter.HeaderCode, r.Header.Get(adapter.HeaderCode), adapter.HeaderRetryable, r.Header.Get(adapter.HeaderRetryable))
+		}
+		if r.Status != nil && r.Status.Code != StatusResourceExhausted {
+			s.Errorf("%s: the client decoded status %+v, want code %d", rule, r.Status, StatusResourceExhausted)
+		}
+		s.replayOf(rule+": the stored key still replays", s.callKeyed(FixtureWrite, first, "", "quota-1"), stored)
+	}},
 	{name: "Keys/a key on a read has no effect", results: true, check: func(s *suite) {
 		const rule = "a caller's key on a read is checked and then ignored: nothing is stored, every call runs under its own key"
 		req := s.request(ModeOK)
