@@ -217,7 +217,7 @@ func (s *Redis) Decide(ctx context.Context, id string, d store.Decision) (store.
 		if err := store.CheckVoter(rec, d.Approver, s.cfg.allowSelf); err != nil {
 			return store.ApprovalRecord{}, false, err
 		}
-		return store.ApprovalRecord{}, false, fmt.Errorf("%w: an earlier voter shares a principal with %s", store.ErrSelfApproval, d.Approver.ID)
+		return store.ApprovalRecord{}, false, fmt.Errorf("%w: an earlier voter shares a principal with %s", store.ErrAlreadyVoted, d.Approver.ID)
 	}
 	return store.ApprovalRecord{}, false, scriptError(r)
 }

@@ -391,7 +391,7 @@ var storeRules = []struct {
 			"an earlier voter changing their mind": vote(false, manager, ""),
 		} {
 			_, _, err := c.decide(rec.ID, d)
-			c.wantErr("one party votes once under a quorum: "+name, err, store.ErrSelfApproval)
+			c.wantErr("one party votes once under a quorum: "+name, err, store.ErrAlreadyVoted)
 		}
 		if got := c.get(rec.ID); got.Status != store.ApprovalPending || len(got.Votes) != 2 {
 			c.Errorf("one party votes once under a quorum: refused votes must change nothing: %s with %d votes", got.Status, len(got.Votes))
@@ -421,7 +421,7 @@ var storeRules = []struct {
 			{"carol's own session after her assistant", store.Actor{ID: "manager-carol", Tenant: "acme", Kind: "user"}, true},
 		} {
 			got, changed, err := c.decide(rec.ID, vote(tc.approve, tc.voter, "for carol again"))
-			c.wantErr("two delegates of one person are one approver: "+tc.name, err, store.ErrSelfApproval)
+			c.wantErr("two delegates of one person are one approver: "+tc.name, err, store.ErrAlreadyVoted)
 			if changed || (err == nil && len(got.Votes) != 1) {
 				c.Errorf("two delegates of one person are one approver: %s counted: %s with %d votes, changed=%v", tc.name, got.Status, len(got.Votes), changed)
 			}
@@ -503,8 +503,8 @@ var storeRules = []struct {
 					c.Errorf("concurrent voters of one party are admitted once (%s): %d admitted, record %s with %d votes (errors %v)", name, admitted.Load(), got.Status, len(got.Votes), errs)
 				}
 				for _, err := range errs {
-					if err != nil && !errors.Is(err, store.ErrSelfApproval) {
-						c.Errorf("concurrent voters of one party are admitted once (%s): the other must get ErrSelfApproval, got %v", name, err)
+					if err != nil && !errors.Is(err, store.ErrAlreadyVoted) {
+						c.Errorf("concurrent voters of one party are admitted once (%s): the other must get ErrAlreadyVoted, got %v", name, err)
 					}
 				}
 				c.s.Advance(16 * time.Minute) // the next round's cap

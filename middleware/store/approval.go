@@ -76,8 +76,8 @@ type ApprovalStore interface {
 	// allows self-approval explicitly) and, when the record has votes
 	// already, be distinct from every earlier voter: no principal (ID or
 	// OnBehalfOf entry) in common with any of them, so that no person is
-	// counted twice through two delegates (else ErrSelfApproval,
-	// [CheckVoter]). A store's approver policy may refuse with
+	// counted twice through two delegates (else [ErrAlreadyVoted], which
+	// is an ErrSelfApproval; [CheckVoter]). A store's approver policy may refuse with
 	// ErrApproverNotAllowed.
 	//
 	// A rejection rejects the record at once. An approval is counted; the
@@ -301,9 +301,14 @@ var (
 	ErrNotPending = errors.New("agentsafe: approval is not pending")
 	// ErrSelfApproval: the approver shares a principal (its ID or an
 	// OnBehalfOf entry) with the requester, or, under a quorum, with an
-	// earlier voter: that party has voted already, directly or through
-	// another delegate.
+	// earlier voter ([ErrAlreadyVoted], which is an ErrSelfApproval too).
 	ErrSelfApproval = errors.New("agentsafe: approver may not decide their own request")
+	// ErrAlreadyVoted: under a quorum, the approver shares a principal
+	// with an earlier voter, so that party has voted already, directly or
+	// through another delegate: a person's vote counts once. errors.Is
+	// reports it as ErrSelfApproval too, so code that refuses that one
+	// refuses this one.
+	ErrAlreadyVoted error = alreadyVoted{}
 	// ErrApproverNotAllowed: the approver has no id, an id or chain that
 	// is not valid UTF-8, is in another tenant, or the store's approver
 	// policy refused.
@@ -365,6 +370,13 @@ func SharedPrincipal(a, b Actor) (string, bool) {
 func SameActor(a, b Actor) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Kind == b.Kind && slices.Equal(a.OnBehalfOf, b.OnBehalfOf)
 }
+
+// alreadyVoted is ErrAlreadyVoted: its own error, that unwraps to
+// ErrSelfApproval.
+type alreadyVoted struct{}
+
+func (alreadyVoted) Error() string { return "agentsafe: this party has voted already" }
+func (alreadyVoted) Unwrap() error { return ErrSelfApproval }
 
 // ErrConsumedByCaller is what [CheckConsume] returns for a Consume repeated
 // by the execution that consumed the record: Consume is idempotent per
@@ -468,8 +480,9 @@ func CheckOutcome(o Outcome) error {
 // distinct from every earlier voter: their principal sets (ID and
 // OnBehalfOf chain, [SharedPrincipal]) are disjoint. A voter who shares a
 // principal with an earlier one is that party voting again, directly or
-// through another delegate, and is refused (ErrSelfApproval), whichever
-// verdict it brings: the approver learns that the vote did not count, and
+// through another delegate, and is refused ([ErrAlreadyVoted], an
+// ErrSelfApproval), whichever verdict it brings: the approver learns that
+// the vote did not count, where a silent no-op would read as counted, and
 // one party never both approves and rejects. A repeat of the approver's
 // own earlier vote is for the store to treat as a no-op before calling it
 // ([CheckVote]).
@@ -479,7 +492,7 @@ func CheckVoter(rec ApprovalRecord, approver Actor, allowSelf bool) error {
 	}
 	for _, v := range rec.Votes {
 		if p, ok := SharedPrincipal(v.Approver, approver); ok {
-			return fmt.Errorf("%w: %s has voted already, as %s", ErrSelfApproval, p, v.Approver.ID)
+			return fmt.Errorf("%w: %s voted as %s", ErrAlreadyVoted, p, v.Approver.ID)
 		}
 	}
 	return nil
