@@ -25,6 +25,7 @@ local function acquire(reconcile_of)
   end
   if r.state then -- a record gone, or in doubt: start afresh
     redis.call('DEL', KEYS[1])
+    forget_sizes({ARGV[2]})
   end
   redis.call('HSET', KEYS[1], 'state', 'in_flight', 'digest', ARGV[3], 'exec', ARGV[4], 'reconcile_of', reconcile_of,
     'write_like', ARGV[6], 'claimed_at', int(now), 'lease_until', int(lease), 'retention', ARGV[7], 'expires_at', int(expires))

@@ -61,17 +61,15 @@ end
 
 -- The owner's index.
 
--- keep_index keeps the index as long as its last record: the same TTL on
--- both keys, so they go together; an empty index is deleted.
-local function keep_index(now)
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', KEYS[2], KEYS[3])
-    return
+-- extend makes key live at least until expires (and an hour beyond, so
+-- that most writes find it long enough and leave it): an index key must
+-- outlive every record it counts, and carry a TTL even under noeviction.
+local function extend(key, expires, now)
+  local need = tonumber(ttl_ms(expires, now))
+  local ttl = redis.call('PTTL', key)
+  if ttl < need then
+    redis.call('PEXPIRE', key, int(need + 3600000))
   end
-  local ttl = ttl_ms(tonumber(last[2]), now)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
 end
 
 -- forget_sizes takes the sizes of ids out of the index's sum.
@@ -83,8 +81,8 @@ local function forget_sizes(ids)
       freed = freed + tonumber(s)
     end
   end
-  redis.call('HDEL', KEYS[3], unpack(ids))
   if freed > 0 then
+    redis.call('HDEL', KEYS[3], unpack(ids))
     redis.call('HINCRBY', KEYS[3], 'total', -freed)
   end
 end
@@ -107,21 +105,22 @@ local function usage(now)
   return redis.call('ZCOUNT', KEYS[2], '(' .. int(now), '+inf'), tonumber(redis.call('HGET', KEYS[3], 'total') or '0')
 end
 
--- index records that this record is gone at expires, and its size when
--- it is done (size) or has none (false).
+-- index records that this record is gone at expires, and, once it is
+-- done, its size. A record is indexed without a size until it is done,
+-- and is done at most once in its life (a record replaced by a new claim
+-- has its size forgotten first: see forget_sizes).
 local function index(expires, size, now)
-  forget_sizes({ARGV[2]})
   redis.call('ZADD', KEYS[2], int(expires), ARGV[2])
+  extend(KEYS[2], expires, now)
   if size then
     redis.call('HSET', KEYS[3], ARGV[2], size)
     redis.call('HINCRBY', KEYS[3], 'total', size)
+    extend(KEYS[3], expires, now)
   end
-  keep_index(now)
 end
 
--- unindex removes this record from the index.
-local function unindex(now)
-  forget_sizes({ARGV[2]})
+-- unindex removes this record (which has no size: it is not done) from
+-- the index. The index keeps its TTL: it only collects garbage.
+local function unindex()
   redis.call('ZREM', KEYS[2], ARGV[2])
-  keep_index(now)
 end

@@ -7,6 +7,6 @@ local now = now_us()
 local s = state(r, now)
 if s and s ~= 'done' and r.exec == ARGV[3] then
   redis.call('DEL', KEYS[1])
-  unindex(now)
+  unindex()
 end
 return {'ok'}
