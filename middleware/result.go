@@ -74,8 +74,9 @@ func WithResultStore(s store.ResultStore) Option {
 // keys already kept still replay. Results are counted at the claim,
 // atomically with it; bytes when a result is stored, so one result may
 // overshoot the byte quota. The default is 1,000 results and 64 MiB per
-// actor, so that one caller can never fill a store that other callers,
-// or approvals, share. Both must be positive.
+// actor, so that no one caller can fill a store that other callers, or
+// approvals, share (size the store for the callers you expect, or give
+// results a store of their own). Both must be positive.
 func WithResultQuota(records int, bytes int64) Option {
 	return optionFunc(func(c *config) {
 		if records <= 0 || bytes <= 0 {
@@ -263,7 +264,7 @@ func (x *execution) claimed(c store.Claim, gated bool) *Error {
 		return &Error{Code: CodeIdempotencyInDoubt, Message: msg}
 	case store.ClaimQuotaExceeded:
 		q := x.e.cfg.quota
-		return &Error{Code: CodeIdempotencyQuotaExceeded, Message: fmt.Sprintf("the results this caller's keys keep are at their quota (%d results or %d MiB, until they expire); nothing ran", q.Records, q.Bytes>>20)}
+		return &Error{Code: CodeIdempotencyQuotaExceeded, Message: fmt.Sprintf("the results this caller's keys keep are at their quota (%d results or %d bytes, until they expire); nothing ran", q.Records, q.Bytes)}
 	case store.ClaimDone:
 		r, err := x.replayOf(c.Result)
 		if err != nil {
