@@ -176,10 +176,24 @@
 //   - Every call keeps its arguments (without "_approval_id" and
 //     "_idempotency_key"), sealed, with the approval it requests; the
 //     "approvals_resume" tool, listed then, resumes an approved call by
-//     {"approval_id"} alone: it opens them and calls the tool's procedure
-//     as its own caller, so the engine digests them again and consumes the
-//     approval only for the same actor, once. Every id it cannot resume
-//     reads the same: APPROVAL_NOT_FOUND.
+//     {"approval_id"} alone, for the approval's requester only. Before it
+//     opens the arguments it asks the engine who calls — an empty request
+//     of the procedure, made in process like every tool call (the same
+//     headers, so the service's own authentication runs) and marked as a
+//     caller probe (adapter.WithCallerProbe), which runs nothing and opens
+//     no execution — and compares the whole actor (id, tenant, kind, the
+//     OnBehalfOf chain) with the record's requester. Anyone else gets
+//     APPROVAL_NOT_FOUND and learns nothing, whatever the policies would
+//     let them run; so does every id it cannot resume (unknown, another
+//     audience's, a call that kept no arguments, a tool this bridge does
+//     not serve). For the requester it opens the arguments and calls the
+//     tool's procedure with them, so the engine digests them again and
+//     consumes the approval only for the same actor, once; a pending,
+//     rejected, expired or used approval is the record's own code, and a
+//     used one still opens for its requester, so that a repeat with the
+//     same "_idempotency_key" is replayed. Interceptors that run before
+//     agentsafe's must let the empty request through to it (authentication
+//     does; put request validation after agentsafe's interceptor).
 //
 // # Progress
 //

@@ -128,12 +128,27 @@ func authenticate(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
+// actorOf is the engine's actor function: a plain token is an agent of
+// tenant acme; "id@tenant/kind[/for:a,b]" says every part of the actor.
 func actorOf(ctx context.Context) (middleware.Actor, error) {
 	user, ok := ctx.Value(userKey{}).(string)
 	if !ok {
 		return middleware.Actor{}, errors.New("no user")
 	}
-	return middleware.Actor{ID: user, Tenant: "acme", Kind: "agent"}, nil
+	id, rest, full := strings.Cut(user, "@")
+	if !full {
+		return middleware.Actor{ID: user, Tenant: "acme", Kind: "agent"}, nil
+	}
+	a := middleware.Actor{ID: id}
+	parts := strings.Split(rest, "/")
+	a.Tenant = parts[0]
+	if len(parts) > 1 {
+		a.Kind = parts[1]
+	}
+	if len(parts) > 2 {
+		a.OnBehalfOf = strings.Split(strings.TrimPrefix(parts[2], "for:"), ",")
+	}
+	return a, nil
 }
 
 // bearer is a header function for transports without HTTP headers: every

@@ -84,6 +84,10 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 		t, err := attempt(ctx)
 		return t, middleware.Envelope{}, err
 	}
+	if probed(ctx, r.r) {
+		var zero T
+		return zero, middleware.Envelope{}, errProbed
+	}
 	call := c.seam()
 	ctx = marked(ctx, &call)
 	call.Attempt = attemptFunc[T](attempt)
@@ -113,6 +117,9 @@ func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx c
 	if r.r == nil {
 		return middleware.Envelope{}, fn(ctx)
 	}
+	if probed(ctx, r.r) {
+		return middleware.Envelope{}, errProbed
+	}
 	call := c.seam()
 	ctx = marked(ctx, &call)
 	return r.r.ExecuteStream(ctx, call, fn)
@@ -132,6 +139,9 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 			return middleware.Envelope{}, nil
 		}
 		return middleware.Envelope{}, err
+	}
+	if probed(ctx, r.r) {
+		return middleware.Envelope{}, errProbed
 	}
 	call := c.seam()
 	ctx = marked(ctx, &call)
