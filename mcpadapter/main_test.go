@@ -47,12 +47,13 @@ type service struct {
 	testv1connect.UnimplementedTestServiceHandler
 	mu      sync.Mutex
 	runs    []middleware.Execution
-	started chan string // request ids, as handlers start
-	ended   chan error  // what blocking handlers returned
+	started chan string   // request ids, as handlers start
+	ended   chan error    // what blocking handlers returned
+	release chan struct{} // closed: handlers in mode "hold" go on
 }
 
 func newService() *service {
-	return &service{started: make(chan string, 64), ended: make(chan error, 64)}
+	return &service{started: make(chan string, 64), ended: make(chan error, 64), release: make(chan struct{})}
 }
 
 func (s *service) executions() []middleware.Execution {
@@ -75,6 +76,12 @@ func (s *service) unary(ctx context.Context, req *connect.Request[testv1.Request
 		<-ctx.Done()
 		s.ended <- ctx.Err()
 		return nil, ctx.Err()
+	case "hold": // until the test releases it
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	case "fail":
 		return nil, errors.New("query failed: " + secret)
 	case "flaky":
