@@ -67,7 +67,12 @@
 //     The service's interceptors, its authentication and the engine run as
 //     for any caller; the engine's actor function sees what the service's
 //     authentication found. Cancelling the MCP request cancels the context:
-//     the execution ends CANCELLED and the handler's context is done.
+//     the execution ends CANCELLED and the handler's context is done. The
+//     SDK still answers the cancelled request (notifications/cancelled on a
+//     2025-11-25 session), and that answer is the execution's: isError
+//     with its envelope (its execution id, CANCELLED) in the text and in
+//     _meta, never Go's error text; the execution ends in its one final
+//     event, capability.cancelled.
 //  4. The envelope becomes the result (below).
 //
 // # Results

@@ -272,3 +272,58 @@ func TestStreamResumesAfterALostConnection(t *testing.T) {
 		t.Errorf("the call has %d final events, want 1", finals)
 	}
 }
+
+// TestCancelledCallKeepsItsEnvelope: a tool call the client cancels with
+// notifications/cancelled in the middle of its run is still answered (the
+// SDK answers every request), and that answer is the execution's own:
+// its execution id, CANCELLED, the envelope in _meta, and none of Go's
+// error text. The execution keeps its id and ends in one final event,
+// capability.cancelled.
+func TestCancelledCallKeepsItsEnvelope(t *testing.T) {
+	f := newFixture(t, fixtureConfig{bridgeOpts: []mcpadapter.Option{bearer(agent.ID)}})
+	srv := httptest.NewServer(f.bridge.Handler(nil))
+	t.Cleanup(srv.Close)
+	c := newRawMCP(t, srv.URL, "")
+	c.initialize()
+	res := c.request(http.MethodPost, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"write","arguments":{"id":"x1","mode":"block"}}}`, nil)
+	defer res.Body.Close()
+	f.waitStarted(t, "x1")
+	n := c.request(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"the user stopped it"}}`, nil)
+	n.Body.Close()
+	if n.StatusCode != http.StatusAccepted {
+		t.Fatalf("notifications/cancelled: %s", n.Status)
+	}
+	m, _ := newEvents(res.Body).response(t, "5")
+	if m.Error != nil {
+		t.Fatalf("the cancelled call was answered with a protocol error %+v, want its envelope", m.Error)
+	}
+	for _, leak := range []string{"context canceled", "context.Canceled", "deadline exceeded"} {
+		if strings.Contains(string(m.Result), leak) {
+			t.Errorf("the answer carries Go's error text %q: %s", leak, m.Result)
+		}
+	}
+	var r mcp.CallToolResult
+	if err := r.UnmarshalJSON(m.Result); err != nil {
+		t.Fatal(err)
+	}
+	runs := f.svc.executions()
+	env, ok := mcpadapter.ReadEnvelope(&r)
+	if !ok || len(runs) != 1 || env.ExecutionID != runs[0].ID || env.Error == nil || env.Error.Code != middleware.CodeCancelled || !r.IsError {
+		t.Fatalf("the answer to the cancelled call: %s (envelope %+v), runs %+v; want isError with the execution's envelope, CANCELLED", m.Result, env, runs)
+	}
+	if text := envelopeText(t, &r); text.ExecutionID != env.ExecutionID || text.Error == nil || text.Error.Code != middleware.CodeCancelled {
+		t.Errorf("the answer's text: %+v, want the same envelope", text)
+	}
+	if e := f.final(t, env.ExecutionID); e.Type != middleware.EventCancelled || e.Code != middleware.CodeCancelled {
+		t.Errorf("the call ended %s %s, want capability.cancelled CANCELLED", e.Type, e.Code)
+	}
+	finals := 0
+	for _, e := range f.rec.Execution(env.ExecutionID) {
+		if e.Type.Final() {
+			finals++
+		}
+	}
+	if finals != 1 {
+		t.Errorf("the call has %d final events, want 1", finals)
+	}
+}

@@ -126,6 +126,9 @@ func authenticate(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		// "refuse:<code>" is refused with that Connect code, before the
 		// engine runs.
+		if user == "refuse:context" { // as an interceptor that returns ctx.Err() would
+			return nil, connect.NewError(connect.CodeCanceled, context.Canceled)
+		}
 		if name, refuse := strings.CutPrefix(user, "refuse:"); refuse {
 			var code connect.Code
 			_ = code.UnmarshalText([]byte(name))
