@@ -96,6 +96,18 @@ func (c *rawMCP) initialize() {
 	if n.StatusCode != http.StatusAccepted {
 		c.t.Fatalf("notifications/initialized: %s", n.Status)
 	}
+	// The SDK answers the notification's POST before it handles it, and
+	// refuses a call it gets before as "invalid during session
+	// initialization": wait until it took it in.
+	for range 1000 {
+		res := c.request(http.MethodPost, `{"jsonrpc":"2.0","id":"ready","method":"tools/list"}`, nil)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.Contains(string(b), "during session initialization") {
+			return
+		}
+	}
+	c.t.Fatal("the session never finished its initialization")
 }
 
 // sseEvent is one server-sent event.
