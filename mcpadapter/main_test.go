@@ -328,3 +328,20 @@ func (f *fixture) final(t *testing.T, executionID string) middleware.Event {
 	}
 	return evs[len(evs)-1]
 }
+
+// endsOnce waits for the final event of an execution, checks that it is
+// of type want and the execution's only one, and returns it.
+func (f *fixture) endsOnce(t *testing.T, executionID string, want middleware.EventType) middleware.Event {
+	t.Helper()
+	last := f.final(t, executionID)
+	finals := 0
+	for _, e := range f.rec.Execution(executionID) {
+		if e.Type.Final() {
+			finals++
+		}
+	}
+	if last.Type != want || finals != 1 {
+		t.Errorf("execution %s ended %s in %d final events, want one %s", executionID, last.Type, finals, want)
+	}
+	return last
+}
