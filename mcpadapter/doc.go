@@ -200,6 +200,33 @@
 //     agentsafe's must let the empty request through to it (authentication
 //     does; put request validation after agentsafe's interceptor).
 //
+// # Serving over HTTP
+//
+// [Bridge.Handler] serves the tools over MCP's streamable HTTP transport,
+// each request by the protocol it asks for (its Mcp-Protocol-Version):
+//
+//   - 2025-11-25 (and earlier) in sessions with resumable streams: events
+//     carry ids, a call's stream opens with a priming event, and a client
+//     that lost its connection mid-call sends a GET with Last-Event-ID and
+//     gets the rest, the tool result and its envelope included. Events are
+//     kept in go-sdk's memory event store by default: at most 10 MiB across
+//     all sessions, the oldest of every stream dropped first (a resume that
+//     needs a dropped event fails, and the client calls again with its
+//     "_idempotency_key"). Sessions and their events live in one process:
+//     several instances behind a load balancer need sticky sessions (by the
+//     Mcp-Session-Id header); there is no shared event store.
+//   - 2026-07-28 statelessly, as go-sdk v1.8 serves it: no session, no GET
+//     stream, nothing to resume (SEP-2575). A reply lost with its
+//     connection is recovered by repeating the call with the same
+//     "_idempotency_key", which replays the first result.
+//
+// Every request's Origin is checked first, on every method (the GET event
+// stream, DELETE, OPTIONS and HEAD included): one that is neither the
+// server's own (the scheme the request came in on, with its Host) nor
+// trusted with [WithTrustedOrigins] (by default none) is refused, 403; a
+// request without Origin goes on. go-sdk's Host check against DNS
+// rebinding stays on.
+//
 // # Progress
 //
 // With [ProgressSink] installed on the engine, a client that sends a
