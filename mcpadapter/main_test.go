@@ -189,7 +189,9 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	t.Helper()
 	f := &fixture{svc: newService(), rec: &agentsafetest.Recorder{}}
 	opts := append([]middleware.Option{
-		middleware.WithEventSink(f.rec),
+		// A machine loaded by other builds may hold the recorder past the
+		// default bound, which would drop the rest of that execution's trail.
+		middleware.WithEventSink(f.rec, middleware.SinkTimeout(waitBound)),
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithActor(actorOf),
 	}, cfg.engineOpts...)

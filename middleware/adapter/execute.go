@@ -84,12 +84,12 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 		t, err := attempt(ctx)
 		return t, middleware.Envelope{}, err
 	}
-	if probed(ctx, r.r) {
+	call := c.seam()
+	ctx, probe := marked(ctx, r.r, &call)
+	if probe {
 		var zero T
 		return zero, middleware.Envelope{}, errProbed
 	}
-	call := c.seam()
-	ctx = marked(ctx, &call)
 	call.Attempt = attemptFunc[T](attempt)
 	v, env, err := r.r.Execute(ctx, call)
 	t, _ := v.(T) // only attempt's values go in
@@ -117,11 +117,11 @@ func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx c
 	if r.r == nil {
 		return middleware.Envelope{}, fn(ctx)
 	}
-	if probed(ctx, r.r) {
+	call := c.seam()
+	ctx, probe := marked(ctx, r.r, &call)
+	if probe {
 		return middleware.Envelope{}, errProbed
 	}
-	call := c.seam()
-	ctx = marked(ctx, &call)
 	return r.r.ExecuteStream(ctx, call, fn)
 }
 
@@ -140,11 +140,11 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 		}
 		return middleware.Envelope{}, err
 	}
-	if probed(ctx, r.r) {
+	call := c.seam()
+	ctx, probe := marked(ctx, r.r, &call)
+	if probe {
 		return middleware.Envelope{}, errProbed
 	}
-	call := c.seam()
-	ctx = marked(ctx, &call)
 	return r.r.Refuse(ctx, call, err)
 }
 

@@ -6,8 +6,6 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
-type probeKey struct{}
-
 // callerProbe is the mark [WithCallerProbe] sets.
 type callerProbe struct {
 	procedure string
@@ -35,16 +33,10 @@ var errProbed = &middleware.Error{Code: middleware.CodeInvalidArgument, Message:
 // request's context, which only code in the same process can set; calls of
 // other procedures made with ctx ignore it.
 func WithCallerProbe(ctx context.Context, procedure string, found func(middleware.Actor, error)) context.Context {
-	return context.WithValue(ctx, probeKey{}, callerProbe{procedure: procedure, found: found})
-}
-
-// probed answers the caller probe of ctx for route r, if ctx carries one
-// for r's procedure, and reports whether it did.
-func probed(ctx context.Context, r engineRoute) bool {
-	p, ok := ctx.Value(probeKey{}).(callerProbe)
-	if !ok || p.found == nil || p.procedure != r.Procedure() {
-		return false
+	m, _ := ctx.Value(inProcessKey{}).(inProcessMark)
+	m.probe = nil
+	if found != nil {
+		m.probe = &callerProbe{procedure: procedure, found: found}
 	}
-	p.found(r.Actor(ctx))
-	return true
+	return context.WithValue(ctx, inProcessKey{}, m)
 }
