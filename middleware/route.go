@@ -89,6 +89,12 @@ func (r *route) Refuse(ctx context.Context, call seam.Call, err *Error) (Envelop
 	return r.e.refuse(ctx, r.proc, r.cap, call, err)
 }
 
+// Absent decides stage 2.0 for a call its adapter has read nothing of
+// yet (see Engine.absent).
+func (r *route) Absent(ctx context.Context, s uint8) bool {
+	return r.cap != nil && r.e.absent(ctx, r.proc, r.cap, Surface(s))
+}
+
 // Listed reports whether the route's capability is listed as a tool on
 // surface s for the caller of ctx (see Engine.listed).
 func (r *route) Listed(ctx context.Context, s uint8) bool {

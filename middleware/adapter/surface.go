@@ -41,6 +41,36 @@ func marked(ctx context.Context, call *seam.Call) context.Context {
 // unknown-tool error.
 func Hidden(err error) bool { return err != nil && seam.Hidden(err) }
 
+// Absent decides, for a call the adapter has read nothing of yet, whether
+// it must be answered exactly as its framework answers a procedure it does
+// not have (SPEC §3 stage 2.0): the route's capability is not exposed on
+// surface s (a mark of ctx, [WithSurface], takes its place), or a policy
+// hides it when asked as at a listing — no input, and the zero actor when
+// the engine's actor function fails on ctx. When it reports true, the
+// engine has recorded the call (capability.requested and its failure,
+// through the sinks' queues, the strict audit sink's too), and the adapter
+// writes its framework's not-found answer and nothing else, without
+// reading the call's headers or body: no malformed header, undecodable
+// body or expired deadline can then tell the procedure exists. Otherwise
+// nothing is recorded, and the call goes on to [Execute], which decides
+// again on the context it has then (an interceptor's, say, where
+// authentication added what the actor function needs). A route without
+// a capability is never absent.
+//
+// It is what an adapter's guard calls where its framework decodes a
+// request before any interceptor runs (connect-go's handlers, grpc-go's
+// method handlers, Twirp's generated server) or reads it before the
+// engine (a net/http body).
+func (r Route) Absent(ctx context.Context, s middleware.Surface) bool {
+	if r.r == nil {
+		return false
+	}
+	if m, ok := ctx.Value(surfaceKey{}).(middleware.Surface); ok && m != 0 {
+		s = m
+	}
+	return r.r.Absent(ctx, uint8(s))
+}
+
 // Listed reports whether the route's capability is listed as a tool on
 // surface s for the caller of ctx (the actor the engine's actor function
 // finds in ctx): it is exposed on s, and no policy hides it when asked with
