@@ -11,9 +11,13 @@ import (
 
 // Policy decides, per call, whether a governed call may go on: allowed,
 // denied, gated behind an approval, or hidden as if the procedure had no
-// handler. Install policies with [WithPolicy]; the engine asks them after
-// binding the input and before the approval gate (and, over MCP, at every
-// tool listing). A policy must be safe for concurrent use.
+// handler. Install policies with [WithPolicy]. The engine asks them twice
+// per call: first as at a listing (Listing set, no input), before anything
+// of the call is read, where only a hide counts (SPEC §3 stage 2.0: no
+// malformed header, undecodable body or expired deadline may then tell a
+// hidden procedure exists); then, after binding the input and before the
+// approval gate, with the input. Over MCP they are also asked at every
+// tool listing. A policy must be safe for concurrent use.
 type Policy interface {
 	// Name identifies the policy in events, inventories and drift checks
 	// (see [Engine.WriteSnapshot]); unique per engine, and stable across
@@ -40,9 +44,11 @@ type PolicyInput struct {
 	Capability Capability
 	// Surface is where the call came in: rpc, http or mcp.
 	Surface Surface
-	// Listing is true when the policy is asked whether to list the
-	// capability as a tool (MCP tools/list): there is no input then. A
-	// capability a policy hides at listing is not listed.
+	// Listing is true when the policy is asked without the call's input:
+	// whether to list the capability as a tool (MCP tools/list), and at
+	// the start of every call whether to hide it. A capability a policy
+	// hides at listing is not listed, and its calls are answered as
+	// absent before anything of them is read.
 	Listing bool
 	x       *execution // nil at listing and for calls without input
 }
