@@ -43,7 +43,11 @@ func TestAHiddenMethodIsTwirpsBadRouteBeforeItsBodyIsRead(t *testing.T) {
 		RequestReceived: func(ctx context.Context) (context.Context, error) {
 			return context.WithValue(ctx, callerKind{}, "agent"), nil // the caller authenticated
 		},
-		Error:        func(ctx context.Context, err twirp.Error) context.Context { errors.Add(1); code.Store(err.Code()); return ctx },
+		Error: func(ctx context.Context, err twirp.Error) context.Context {
+			errors.Add(1)
+			code.Store(err.Code())
+			return ctx
+		},
 		ResponseSent: func(context.Context) { sent.Add(1) },
 	}
 	actor := middleware.WithActor(func(ctx context.Context) (middleware.Actor, error) {
