@@ -221,19 +221,19 @@ func (e *Engine) hides(ctx context.Context, proc string, c *capability, s Surfac
 }
 
 // absent is stage 2.0 for an adapter's guard, which sees a call before
-// its framework reads any of it. A hidden call is recorded as an execution
-// answered as absent (requested and failed, through the sinks' queues);
-// for any other nothing is recorded: it goes on to Execute, which decides
-// again on the context it has then (an interceptor's, maybe, with more to
-// tell the actor by).
-func (e *Engine) absent(ctx context.Context, proc string, c *capability, s Surface) bool {
+// its framework reads any of it. A hidden call is recorded, when record
+// is set, as an execution answered as absent (requested and failed,
+// through the sinks' queues); for any other nothing is recorded: it goes
+// on to Execute, which decides again on the context it has then (an
+// interceptor's, maybe, with more to tell the actor by).
+func (e *Engine) absent(ctx context.Context, proc string, c *capability, s Surface, record bool) bool {
 	if s.valid() && c.Exposed(s) && len(e.cfg.policies) == 0 {
 		return false // nothing could hide it: the actor need not be asked
 	}
 	a, actorErr := e.actorOf(ctx)
 	err := e.hides(ctx, proc, c, s, a, actorErr)
-	if err == nil {
-		return false
+	if err == nil || !record {
+		return err != nil
 	}
 	x := e.opened(ctx, proc, seam.Call{Surface: uint8(s)}, c, false, a, actorErr)
 	x.hidden = true

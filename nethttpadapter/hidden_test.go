@@ -1,14 +1,19 @@
 package nethttpadapter_test
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/agentsafetest"
+	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
 
@@ -79,5 +84,100 @@ func TestAHiddenRouteIsTheMuxs404(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAHiddenPatternIsAbsentForEveryMethod: WrapMux answers a request
+// whose path a hidden pattern matches as the mux would with that pattern
+// removed: a 404 for any method when no visible pattern routes the path,
+// and a 405 whose Allow lists the visible patterns' methods only — never
+// the hidden route's method.
+func TestAHiddenPatternIsAbsentForEveryMethod(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("served")) })
+	reg := middleware.NewRegistry().
+		Register("POST /admin/refund", middleware.Capability{SideEffect: middleware.SideEffectWrite}).
+		Register("DELETE /admin/orders/{id}", middleware.Capability{SideEffect: middleware.SideEffectDestructive}).
+		Register("GET /admin/orders/{id}", middleware.Capability{SideEffect: middleware.SideEffectRead})
+	hideAdminWrites := policy(func(in middleware.PolicyInput) middleware.PolicyDecision {
+		if in.Capability.SideEffect.WriteLike() {
+			return middleware.Hide()
+		}
+		return middleware.Allow()
+	})
+	eng := agentsafetest.NewEngine(t, reg, middleware.WithProtoFiles(nil), middleware.WithPolicy(hideAdminWrites))
+	mux := http.NewServeMux()
+	for _, p := range []string{"POST /admin/refund", "DELETE /admin/orders/{id}", "GET /admin/orders/{id}", "PUT /admin/orders/{id}"} {
+		mux.Handle(p, ok)
+	}
+	wrapped := nethttpadapter.WrapMux(eng.Engine, mux)
+	// The mux with the hidden patterns removed.
+	without := http.NewServeMux()
+	for _, p := range []string{"GET /admin/orders/{id}", "PUT /admin/orders/{id}"} {
+		without.Handle(p, ok)
+	}
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, "/admin/refund"},
+		{http.MethodPost, "/admin/refund"},
+		{http.MethodOptions, "/admin/refund"},
+		{http.MethodDelete, "/admin/orders/7"},
+		{http.MethodPatch, "/admin/orders/7"},
+		{http.MethodGet, "/admin/orders/7"},
+		{http.MethodHead, "/admin/orders/7"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			got, want := httptest.NewRecorder(), httptest.NewRecorder()
+			wrapped.ServeHTTP(got, httptest.NewRequest(tc.method, tc.path, strings.NewReader("{}")))
+			without.ServeHTTP(want, httptest.NewRequest(tc.method, tc.path, strings.NewReader("{}")))
+			if tc.path == "/admin/orders/7" && (tc.method == http.MethodGet || tc.method == http.MethodHead) {
+				// A visible governed route: served, with its envelope.
+				if got.Code != http.StatusOK || got.Header().Get(adapter.HeaderExecutionID) == "" {
+					t.Fatalf("got %d %v", got.Code, got.Header())
+				}
+				return
+			}
+			if got.Code != want.Code || got.Body.String() != want.Body.String() || !reflect.DeepEqual(got.Header(), want.Header()) {
+				t.Fatalf("got %d %v %q, want the mux without the hidden patterns: %d %v %q",
+					got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+			}
+		})
+	}
+}
+
+// policy is a test policy from a function.
+type policy func(middleware.PolicyInput) middleware.PolicyDecision
+
+func (policy) Name() string { return "test-policy" }
+func (p policy) Decide(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
+	return p(in), nil
+}
+
+// TestAHiddenRouteReadsNothingOfTheRequest: hiding is decided before the
+// body is read. A mux answering a path it routes nowhere reads none of a
+// large body, so net/http closes the connection after its 404
+// (Connection: close); a hidden route that read the body first would
+// keep it open, and tell itself apart.
+func TestAHiddenRouteReadsNothingOfTheRequest(t *testing.T) {
+	eng := agentsafetest.NewEngine(t, middleware.NewRegistry().Register("POST /refund", middleware.Capability{SideEffect: middleware.SideEffectWrite}),
+		middleware.WithProtoFiles(nil), middleware.WithPolicy(hideAll{}))
+	ran := false
+	h := nethttpadapter.Wrap(eng.Engine, "POST /refund", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+	hidden := httptest.NewServer(h)
+	defer hidden.Close()
+	absent := httptest.NewServer(http.NewServeMux())
+	defer absent.Close()
+	body := bytes.Repeat([]byte("a"), 300<<10) // more than net/http reads on a handler's behalf
+	do := func(base string) conformance.RawResponse {
+		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/refund", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set(adapter.HeaderApprovalID, "x")
+		return fixture.Do(&http.Client{}, r)
+	}
+	got, want := do(hidden.URL), do(absent.URL)
+	got.Header.Del("Date")
+	want.Header.Del("Date")
+	if got.Status != want.Status || !reflect.DeepEqual(got.Header, want.Header) || !bytes.Equal(got.Body, want.Body) || ran {
+		t.Fatalf("hidden (ran %t): %s\nabsent: %s", ran, got, want)
 	}
 }

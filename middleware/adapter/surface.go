@@ -21,6 +21,14 @@ func WithSurface(ctx context.Context, s middleware.Surface) context.Context {
 	return context.WithValue(ctx, surfaceKey{}, s)
 }
 
+// surfaceOf is s, or the surface ctx is marked with.
+func surfaceOf(ctx context.Context, s middleware.Surface) uint8 {
+	if m, ok := ctx.Value(surfaceKey{}).(middleware.Surface); ok && m != 0 {
+		return uint8(m)
+	}
+	return uint8(s)
+}
+
 // marked applies a surface mark of ctx to call, and returns ctx without it.
 func marked(ctx context.Context, call *seam.Call) context.Context {
 	s, ok := ctx.Value(surfaceKey{}).(middleware.Surface)
@@ -65,10 +73,19 @@ func (r Route) Absent(ctx context.Context, s middleware.Surface) bool {
 	if r.r == nil {
 		return false
 	}
-	if m, ok := ctx.Value(surfaceKey{}).(middleware.Surface); ok && m != 0 {
-		s = m
+	return r.r.Absent(ctx, surfaceOf(ctx, s))
+}
+
+// Hides reports what [Route.Absent] would decide for a call of the route
+// by the caller of ctx, and records nothing: for an adapter that must know
+// whether a procedure other than the one a request calls is hidden from
+// its caller, such as a mux that lists in a 405's Allow only the methods
+// of the patterns its caller may see.
+func (r Route) Hides(ctx context.Context, s middleware.Surface) bool {
+	if r.r == nil {
+		return false
 	}
-	return r.r.Absent(ctx, uint8(s))
+	return r.r.Hides(ctx, surfaceOf(ctx, s))
 }
 
 // Listed reports whether the route's capability is listed as a tool on
