@@ -52,6 +52,14 @@ func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Opti
 //
 //	http.ListenAndServe(addr, nethttpadapter.WrapMux(eng, mux))
 //
+// A request whose path a pattern hidden from its caller matches (a policy
+// hides it, or its capability is not exposed on http) is answered, before
+// anything of it is read, as the mux would with the hidden patterns
+// removed: a 405's Allow names only the methods of visible patterns, and
+// is a 404 when none is left; a pattern without a method that would serve
+// a hidden pattern's request once it is gone does not (the request gets
+// the 404).
+//
 // WrapMux decides before the engine runs. A path the mux would redirect to
 // a governed pattern — an unclean path such as "//refund" or "/a/../refund",
 // or a subtree pattern's path without its trailing slash — is refused with

@@ -44,10 +44,16 @@ type Server struct {
 // interceptor, which Twirp alone does not. Options given with
 // [WithServerOptions] are passed first, so agentsafe's interceptor runs
 // inside every interceptor of yours: an authentication interceptor runs
-// before the engine's actor function.
+// before the engine's actor function. Wrap's options add a
+// RequestReceived hook to yours, run after them: the guard that answers a
+// hidden call with bad_route before Twirp reads its body (see the package
+// documentation).
 //
-// Wrap panics if eng or newServer is nil, or if newServer does not pass the
-// options on (the service would run ungoverned without anyone noticing).
+// Wrap panics if eng or newServer is nil, if newServer does not pass the
+// options on (the service would run ungoverned without anyone noticing),
+// or if an option it passes after Wrap's replaces the server's hooks (the
+// guard would be gone without anyone noticing: pass hooks with
+// WithServerOptions).
 func Wrap[S TwirpServer](eng *middleware.Engine, newServer func(opts ...any) S, opts ...Option) *Server {
 	if eng == nil || newServer == nil {
 		panic("twirpadapter: Wrap needs an engine and a server constructor")

@@ -38,7 +38,11 @@ func newGRPCServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, 
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	srv := grpc.NewServer(opts...)
-	conformancev1.RegisterConformanceServiceServer(srv, grpcService{})
+	var registrar grpc.ServiceRegistrar = srv
+	if eng != nil { // mounted as the adoption snippets mount it
+		registrar = grpcadapter.Guard(eng, srv)
+	}
+	conformancev1.RegisterConformanceServiceServer(registrar, grpcService{})
 	return srv, nil
 }
 
