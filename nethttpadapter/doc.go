@@ -33,8 +33,8 @@
 //     a 405 lists in Allow the methods of the patterns its caller may see,
 //     and is a 404 when there are none. One difference remains: a pattern
 //     without a method (a catch-all) that would serve a hidden pattern's
-//     request once that pattern is gone does not; the request gets a
-//     404. A route mounted with [Wrap] on a mux of yours cannot change
+//     request once that pattern is gone does not; the request gets the
+//     mux's 404. A route mounted with [Wrap] on a mux of yours cannot change
 //     that mux's 405 for its path's other methods, which names the hidden
 //     route's method: use WrapMux where that matters.
 //  1. The body is read once, at most [WithMaxBodyBytes] (1 MiB by default).
