@@ -154,8 +154,7 @@ func TestHidingByWhatAnInterceptorAddsIsDecidedAfterDecoding(t *testing.T) {
 		}
 		return a, nil
 	})
-	agentsOnly := agentPolicy{}
-	s := newServer(t, serverConfig{before: []connect.Interceptor{authenticate}, opts: []middleware.Option{actor, middleware.WithPolicy(agentsOnly)}})
+	s := newServer(t, serverConfig{before: []connect.Interceptor{authenticate}, opts: []middleware.Option{actor, middleware.WithPolicy(fixture.HideFromAgents{})}})
 	_, err := s.client(t, protocols[0]).Read(t.Context(), connect.NewRequest(&testv1.Request{Id: "r1"}))
 	ce, _ := errors.AsType[*connect.Error](err)
 	if ce == nil || ce.Code() != connect.CodeUnimplemented {
@@ -169,15 +168,4 @@ func TestHidingByWhatAnInterceptorAddsIsDecidedAfterDecoding(t *testing.T) {
 	if n := len(s.svc.executions()); n != 0 {
 		t.Errorf("the handler ran %d times", n)
 	}
-}
-
-// agentPolicy hides every procedure from agents; the zero actor it allows.
-type agentPolicy struct{}
-
-func (agentPolicy) Name() string { return "no-agents" }
-func (agentPolicy) Decide(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
-	if in.Actor.Kind == "agent" {
-		return middleware.Hide(), nil
-	}
-	return middleware.Allow(), nil
 }

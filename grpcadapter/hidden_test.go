@@ -127,7 +127,7 @@ func TestTheGuardHidesByTheActorInTheMetadata(t *testing.T) {
 		}
 		return middleware.Actor{ID: "caller", Kind: kind[0]}, nil
 	})
-	eng := agentsafetest.NewEngine(t, nil, actor, middleware.WithPolicy(agentPolicy{}))
+	eng := agentsafetest.NewEngine(t, nil, actor, middleware.WithPolicy(fixture.HideFromAgents{}))
 	_, addr := serveAddr(t, eng.Engine, newService(nil, nil))
 	srv, absentAddr := withoutMethod(t, conformance.FixtureRead)
 	defer srv.Stop()
@@ -143,15 +143,4 @@ func TestTheGuardHidesByTheActorInTheMetadata(t *testing.T) {
 	if user.Header.Get("Grpc-Status") != "13" {
 		t.Fatalf("a user's undecodable call reaches grpc-go's decoding (Internal): %s", user)
 	}
-}
-
-// agentPolicy hides every procedure from agents.
-type agentPolicy struct{}
-
-func (agentPolicy) Name() string { return "no-agents" }
-func (agentPolicy) Decide(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
-	if in.Actor.Kind == "agent" {
-		return middleware.Hide(), nil
-	}
-	return middleware.Allow(), nil
 }

@@ -19,17 +19,6 @@ import (
 
 type callerKind struct{}
 
-// agentPolicy hides every procedure from agents.
-type agentPolicy struct{}
-
-func (agentPolicy) Name() string { return "no-agents" }
-func (agentPolicy) Decide(_ context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
-	if in.Actor.Kind == "agent" {
-		return middleware.Hide(), nil
-	}
-	return middleware.Allow(), nil
-}
-
 // TestAHiddenMethodIsTwirpsBadRouteBeforeItsBodyIsRead: the guard is the
 // last RequestReceived hook, so it sees what an authentication hook of
 // yours put in the context, and answers before Twirp reads the body: an
@@ -54,7 +43,7 @@ func TestAHiddenMethodIsTwirpsBadRouteBeforeItsBodyIsRead(t *testing.T) {
 		kind, _ := ctx.Value(callerKind{}).(string)
 		return middleware.Actor{ID: "caller", Kind: kind}, nil
 	})
-	eng := agentsafetest.NewEngine(t, nil, actor, middleware.WithPolicy(agentPolicy{}))
+	eng := agentsafetest.NewEngine(t, nil, actor, middleware.WithPolicy(fixture.HideFromAgents{}))
 	srv := twirpadapter.Wrap(eng.Engine, func(opts ...any) testv1.TwirpServer {
 		return testv1.NewTestServiceServer(&service{}, opts...)
 	}, twirpadapter.WithServerOptions(twirp.WithServerHooks(hooks)))
