@@ -98,8 +98,62 @@ func (directCodec) UnmarshalError(b []byte) (error, error) {
 }
 
 func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
-	route := adapter.Resolve(c.eng, c.d.Procedure(f))
 	body, _ := json.Marshal(req)
+	return c.callBody(ctx, f, req, body, approvalID, key)
+}
+
+// CallRaw makes the call as shape says. The direct adapter's wire is what
+// its client sees: the status code, the headers, and the body (the
+// envelope, or the framework's message). Like the framework adapters'
+// guards, it asks whether the call is absent before it decodes anything.
+func (c *directClient) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	if absent {
+		return raw(c.CallUnhandled(ctx, f, req)), true
+	}
+	body, _ := json.Marshal(req)
+	approvalID, key := "", ""
+	switch shape {
+	case conformance.ShapeMalformedApprovalID:
+		approvalID = "x"
+	case conformance.ShapeMalformedKey:
+		key = `"unterminated`
+	case conformance.ShapeUndecodable:
+		body = []byte(`{"ID":`)
+	case conformance.ShapeUnbindable:
+		key, body = "k1", []byte(`{"ID":"`+req.ID+`","ID":"`+req.ID+`"}`)
+	case conformance.ShapeExpired:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(-time.Second))
+		defer cancel()
+	}
+	if c.d.bug != "decodes-first" && adapter.Resolve(c.eng, c.d.Procedure(f)).Absent(ctx, adapter.SurfaceRPC) {
+		return raw(c.CallUnhandled(ctx, f, req)), true
+	}
+	var in conformance.Request
+	if err := json.Unmarshal(body, &in); err != nil {
+		return conformance.RawResponse{Status: 3, Header: http.Header{}, Body: []byte("direct: the request cannot be decoded")}, true
+	}
+	return raw(c.callBody(ctx, f, in, body, approvalID, key)), true
+}
+
+// raw is a direct call's result as its wire carries it.
+func raw(r conformance.Result) conformance.RawResponse {
+	out := conformance.RawResponse{Header: r.Header, Body: r.Body}
+	if r.Status != nil {
+		out.Status = int(r.Status.Code)
+		if out.Body == nil {
+			out.Body = []byte(r.Status.Message)
+		}
+	}
+	if r.Response != nil {
+		out.Body, _ = json.Marshal(r.Response)
+	}
+	return out
+}
+
+// callBody calls f with req, whose input as the engine binds it is body.
+func (c *directClient) callBody(ctx context.Context, f conformance.Fixture, req conformance.Request, body []byte, approvalID, key string) conformance.Result {
+	route := adapter.Resolve(c.eng, c.d.Procedure(f))
 	call := adapter.Call[*attemptOut]{Input: adapter.JSONInput(body), ApprovalID: approvalID, Surface: adapter.SurfaceRPC, Status: directStatus,
 		IdempotencyKey: key, Codec: directCodec{}}
 	if c.d.bug == "drops-key" {
@@ -253,9 +307,12 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
 			"Keys/a_handler's_framework_error_is_replayed_unchanged",
 			"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED",
+			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 		},
 		"drops-retry-after":    {"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED"},
 		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
+		// It decodes the request before it asks whether the call is hidden.
+		"decodes-first": {"Hidden/a_hidden_call_is_answered_byte_for_byte_as_a_procedure_the_server_does_not_have"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
 			"Retry/an_idempotent_write_with_retry_configured_is_retried",
@@ -277,6 +334,8 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
 			"Keys/a_dedup_window_replays_a_repeat_without_a_key",
+			"Keys/a_key_on_a_read_has_no_effect",
+			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 			"Concurrency/concurrent_calls_each_get_their_own_execution's_envelope,_headers_and_response",
 			"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED",
 		},
@@ -291,6 +350,8 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/a_gated_call_runs_once,_and_a_repeat_never_consumes_again",
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
+			"Keys/a_key_on_a_read_has_no_effect",
+			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 		},
 	} {
 		t.Run(bug, func(t *testing.T) {

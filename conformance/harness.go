@@ -91,9 +91,8 @@ const (
 // The canonical codes (the numbering gRPC and Connect share) of the
 // statuses the suite's handler returns.
 const (
-	StatusCanceled         uint32 = 1
-	StatusDeadlineExceeded uint32 = 4
-	// StatusResourceExhausted is what a budget's refusal is written as.
+	StatusCanceled          uint32 = 1
+	StatusDeadlineExceeded  uint32 = 4
 	StatusResourceExhausted uint32 = 8
 	StatusUnimplemented     uint32 = 12
 	StatusInternal          uint32 = 13
@@ -125,10 +124,10 @@ func (s *Status) HTTPStatus() int {
 	switch s.Code {
 	case StatusCanceled:
 		return 499
-	case StatusDeadlineExceeded:
-		return http.StatusGatewayTimeout
 	case StatusResourceExhausted:
 		return http.StatusTooManyRequests
+	case StatusDeadlineExceeded:
+		return http.StatusGatewayTimeout
 	case StatusUnimplemented:
 		return http.StatusNotImplemented
 	case StatusUnavailable:

@@ -38,6 +38,7 @@ type config struct {
 	budgets        store.BudgetStore
 	resultKeys     *keyring
 	retention      time.Duration // of stored results; 0: 24h
+	quota          store.ResultQuota
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
 	policies       []namedPolicy
@@ -56,6 +57,7 @@ func defaultConfig() config {
 		maxBackoff:     30 * time.Second,
 		defaultExpiry:  15 * time.Minute,
 		maxAbandoned:   100,
+		quota:          store.ResultQuota{Records: 1000, Bytes: 64 << 20},
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
 		now:            time.Now,
@@ -190,7 +192,10 @@ func WithEventSink(s EventSink, opts ...SinkOption) Option {
 // for capability.requested and capability.started, and an error (a
 // timeout included) means nothing runs: the call fails with
 // AUDIT_UNAVAILABLE (retryable). Every other event reaches it through its
-// queue, like any sink's. No record, no effect.
+// queue, like any sink's. No record, no effect. The requested of a call
+// answered as hidden (a policy hides it, or it came in on a surface its
+// capability is not exposed on) goes through the queue too: nothing runs
+// then, and the sink's failure must not tell the procedure exists.
 type AuditSink interface {
 	Record(ctx context.Context, e Event) error
 }

@@ -105,7 +105,12 @@ func openStores(where storeConfig) (stores, error) {
 	case where.postgres != "":
 		return openPostgres(where.postgres)
 	}
-	return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), budgets: budgetstore.NewMemory(), close: func() {}}, nil
+	return inMemory(), nil
+}
+
+// inMemory is every store in this process: the demo's default.
+func inMemory() stores {
+	return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), budgets: budgetstore.NewMemory(), close: func() {}}
 }
 
 func openRedis(url string) (stores, error) {

@@ -34,9 +34,7 @@ import (
 // -postgres the audit trail is in PostgreSQL too.
 func TestStory(t *testing.T) {
 	for name, open := range map[string]func(t *testing.T) stores{
-		"memory": func(*testing.T) stores {
-			return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), budgets: budgetstore.NewMemory()}
-		},
+		"memory": func(*testing.T) stores { return inMemory() },
 		"redis": func(t *testing.T) stores {
 			rdb := redistest.Start(t).Client()
 			approvals, err := approvalstore.NewRedis(rdb)
@@ -256,7 +254,7 @@ var update = flag.Bool("update", false, "rewrite the committed inventory")
 // as it is now (go test -update rewrites it); the drift gate compares
 // changes against it.
 func TestTheInventoryIsCommitted(t *testing.T) {
-	s, err := newServer(stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), budgets: budgetstore.NewMemory()})
+	s, err := newServer(inMemory())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
--- agentsafe 0005: budgets, what capabilities' calls spend over rolling windows.
+-- agentsafe 0008: budgets, what capabilities' calls spend over rolling windows.
 --
 -- Applied by agentsafepg.Migrate, or by an application's own migration tool:
 -- the file is idempotent and records its version in
@@ -102,4 +102,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO agentsafe.schema_migrations (version, name) VALUES (5, 'budgets') ON CONFLICT (version) DO NOTHING;
+INSERT INTO agentsafe.schema_migrations (version, name) VALUES (8, 'budgets') ON CONFLICT (version) DO NOTHING;
