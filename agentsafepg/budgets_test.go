@@ -2,7 +2,6 @@ package agentsafepg_test
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/budgetrace"
 	"github.com/agentsafe/agentsafe/middleware"
-	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // pinnedClock is a clock a test moves forward; the budget store decides at
@@ -123,43 +122,13 @@ func TestBudgetHoldsWhenPostgresStops(t *testing.T) {
 
 // TestBudgetWindowRollsByTheDatabaseClock: two engines whose own clocks
 // are an hour ahead and an hour behind share a budget; the window is
-// judged by the database's clock alone.
+// judged by the database's clock alone (moved forward by a skew).
 func TestBudgetWindowRollsByTheDatabaseClock(t *testing.T) {
 	pool := migrated(t)
 	skew := &skewClock{}
-	const window = time.Hour
-	budget := middleware.Budget{Name: "calls", Limit: 2, Window: window, Per: middleware.PerAudience}
-	var engines []*middleware.Engine
-	for _, off := range []time.Duration{time.Hour, -time.Hour} {
-		eng, err := middleware.New(middleware.NewRegistry().Register("send", middleware.Capability{SideEffect: middleware.SideEffectWrite, Budgets: []middleware.Budget{budget}}),
-			middleware.WithBudgetStore(agentsafepg.WithBudgetClockSkew(openBudgets(t, pool), skew.Skew)),
-			middleware.WithClock(func() time.Time { return time.Now().Add(off) }), middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		engines = append(engines, eng)
+	var stores [2]store.BudgetStore
+	for i := range stores {
+		stores[i] = agentsafepg.WithBudgetClockSkew(openBudgets(t, pool), skew.Skew)
 	}
-	call := func(eng *middleware.Engine) middleware.Envelope {
-		_, env, _ := adapter.Execute(t.Context(), adapter.Resolve(eng, "send"), adapter.Call[any]{Surface: adapter.SurfaceHTTP},
-			func(context.Context) (any, error) { return "sent", nil })
-		return env
-	}
-	for _, eng := range engines {
-		if env := call(eng); env.Error != nil {
-			t.Fatalf("call within the limit: %+v", env.Error)
-		}
-	}
-	if env := call(engines[1]); env.Error == nil || env.Error.Code != middleware.CodeBudgetExceeded || env.RetryAfter <= window-time.Minute || env.RetryAfter > window {
-		t.Fatalf("a third call: %+v (RetryAfter %s), want BUDGET_EXCEEDED, retry in just under an hour by the database's clock", env.Error, env.RetryAfter)
-	}
-	skew.Advance(window - time.Minute)
-	if env := call(engines[0]); env.Error == nil || env.Error.Code != middleware.CodeBudgetExceeded {
-		t.Fatalf("a minute before the window passed on the database: %+v, want BUDGET_EXCEEDED", env.Error)
-	}
-	skew.Advance(time.Minute + 10*time.Millisecond)
-	for _, eng := range engines {
-		if env := call(eng); env.Error != nil {
-			t.Errorf("the window passed on the database's clock, yet %+v", env.Error)
-		}
-	}
+	budgetrace.StoreClock(t, stores, skew.Advance)
 }

@@ -1,8 +1,6 @@
 package budgetstore_test
 
 import (
-	"context"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,8 +10,7 @@ import (
 	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/internal/budgetrace"
 	"github.com/agentsafe/agentsafe/internal/redistest"
-	"github.com/agentsafe/agentsafe/middleware"
-	"github.com/agentsafe/agentsafe/middleware/adapter"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // The exactness race: 8 engines × 64 callers, amounts of 1 to 5 against a
@@ -86,56 +83,17 @@ func TestRedisBudgetIsExactWhenRepliesAreLost(t *testing.T) {
 
 // TestRedisBudgetWindowRollsByRedisTime: two engines whose own clocks are
 // an hour ahead and an hour behind share a budget on Redis; the window is
-// judged by Redis TIME alone. A reservation counts until the window has
-// passed on Redis's clock, and at the window plus a little it no longer
-// does, whatever the instances' clocks say.
+// judged by Redis TIME alone (moved forward by the scripts' offset).
 func TestRedisBudgetWindowRollsByRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
 	offset := &offsetClock{}
 	prefix := newPrefix()
-	const window = time.Hour
-	budget := middleware.Budget{Name: "calls", Limit: 2, Window: window, Per: middleware.PerAudience}
-	var engines []*middleware.Engine
-	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
-		s := openRedis(t, srv.Client(), budgetstore.WithKeyPrefix(prefix), budgetstore.WithClockOffset(offset.Offset))
-		eng, err := middleware.New(middleware.NewRegistry().Register("send", middleware.Capability{SideEffect: middleware.SideEffectWrite, Budgets: []middleware.Budget{budget}}),
-			middleware.WithBudgetStore(s), middleware.WithClock(func() time.Time { return time.Now().Add(skew) }), middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		engines = append(engines, eng)
+	var stores [2]store.BudgetStore
+	for i := range stores {
+		stores[i] = openRedis(t, srv.Client(), budgetstore.WithKeyPrefix(prefix), budgetstore.WithClockOffset(offset.Offset))
 	}
-	call := func(eng *middleware.Engine) middleware.Envelope {
-		_, env, _ := executeHTTP(t.Context(), eng, "send")
-		return env
-	}
-	for _, eng := range engines {
-		if env := call(eng); env.Error != nil {
-			t.Fatalf("call within the limit: %+v", env.Error)
-		}
-	}
-	if env := call(engines[1]); env.Error == nil || env.Error.Code != middleware.CodeBudgetExceeded || env.RetryAfter <= window-time.Minute || env.RetryAfter > window {
-		t.Fatalf("a third call: %+v (RetryAfter %s), want BUDGET_EXCEEDED, retry in just under an hour by Redis's clock", env.Error, env.RetryAfter)
-	}
-	offset.Advance(window - time.Minute)
-	if env := call(engines[0]); env.Error == nil || env.Error.Code != middleware.CodeBudgetExceeded {
-		t.Fatalf("a minute before the window passed on Redis: %+v, want BUDGET_EXCEEDED", env.Error)
-	}
-	offset.Advance(time.Minute + 10*time.Millisecond)
-	for _, eng := range engines {
-		if env := call(eng); env.Error != nil {
-			t.Errorf("the window passed on Redis's clock, yet %+v", env.Error)
-		}
-	}
+	budgetrace.StoreClock(t, stores, offset.Advance)
 }
-
-// executeHTTP runs one governed call of procedure, with no input.
-func executeHTTP(ctx context.Context, eng *middleware.Engine, procedure string) (any, middleware.Envelope, error) {
-	return adapter.Execute(ctx, adapter.Resolve(eng, procedure), adapter.Call[any]{Surface: adapter.SurfaceHTTP},
-		func(context.Context) (any, error) { return "sent", nil })
-}
-
-var discard = slog.New(slog.DiscardHandler)
 
 // offsetClock is a clock offset a test moves forward; the Redis store adds
 // it to Redis TIME.

@@ -173,3 +173,49 @@ func Check(t testing.TB, r Race, res Result, leftovers bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// StoreClock checks that a budget's window is judged by the store's clock
+// alone: two engines whose own clocks are an hour ahead and an hour behind
+// share a budget of 2 calls an hour through stores[0] and stores[1]
+// (instances of one store); advance moves the store's clock. A reservation
+// counts until the window has passed on the store's clock, and at the
+// window plus a little it no longer does, whatever the instances' clocks
+// say.
+func StoreClock(t testing.TB, stores [2]store.BudgetStore, advance func(time.Duration)) {
+	t.Helper()
+	const window = time.Hour
+	budget := middleware.Budget{Name: "calls", Limit: 2, Window: window, Per: middleware.PerAudience}
+	var engines []*middleware.Engine
+	for i, skew := range []time.Duration{time.Hour, -time.Hour} {
+		eng, err := middleware.New(middleware.NewRegistry().Register("send", middleware.Capability{SideEffect: middleware.SideEffectWrite, Budgets: []middleware.Budget{budget}}),
+			middleware.WithBudgetStore(stores[i]), middleware.WithClock(func() time.Time { return time.Now().Add(skew) }),
+			middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, eng)
+	}
+	call := func(eng *middleware.Engine) middleware.Envelope {
+		_, env, _ := adapter.Execute(context.Background(), adapter.Resolve(eng, "send"), adapter.Call[any]{Surface: adapter.SurfaceHTTP},
+			func(context.Context) (any, error) { return "sent", nil })
+		return env
+	}
+	for _, eng := range engines {
+		if env := call(eng); env.Error != nil {
+			t.Fatalf("a call within the limit: %+v", env.Error)
+		}
+	}
+	if env := call(engines[1]); env.Error == nil || env.Error.Code != middleware.CodeBudgetExceeded || env.RetryAfter <= window-time.Minute || env.RetryAfter > window {
+		t.Fatalf("a third call: %+v (RetryAfter %s), want BUDGET_EXCEEDED, to retry in just under an hour by the store's clock", env.Error, env.RetryAfter)
+	}
+	advance(window - time.Minute)
+	if env := call(engines[0]); env.Error == nil || env.Error.Code != middleware.CodeBudgetExceeded {
+		t.Fatalf("a minute before the window passed on the store's clock: %+v, want BUDGET_EXCEEDED", env.Error)
+	}
+	advance(time.Minute + 10*time.Millisecond)
+	for _, eng := range engines {
+		if env := call(eng); env.Error != nil {
+			t.Errorf("the window passed on the store's clock, yet %+v", env.Error)
+		}
+	}
+}
