@@ -35,7 +35,8 @@ type Redis struct {
 
 var _ store.BudgetStore = (*Redis)(nil)
 
-// The store's scripts: the prelude (shared helpers) and one per method.
+// The store's scripts: the prelude (shared helpers) and one per method;
+// Reserve's, the one every call runs, does without the prelude.
 var (
 	//go:embed lua/prelude.lua
 	preludeLua string
@@ -46,7 +47,7 @@ var (
 	//go:embed lua/read.lua
 	readLua string
 
-	reserveScript = redis.NewScript(preludeLua + reserveLua)
+	reserveScript = redis.NewScript(reserveLua) // on every call: without the prelude
 	releaseScript = redis.NewScript(preludeLua + releaseLua)
 	readScript    = redis.NewScript(preludeLua + readLua)
 

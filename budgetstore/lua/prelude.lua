@@ -1,4 +1,5 @@
--- Shared by every script of the Redis budget store; prepended to each.
+-- Shared by the scripts of the Redis budget store but reserve.lua (which
+-- repeats what it needs of it: it runs on every call); prepended to each.
 -- A budget key is one sorted set, KEYS[1] (see redis.go): each
 -- reservation a member "<execution id>|<amount>" ("!" appended for an
 -- overdraft) scored by its time, unix microseconds, and the member "#"
@@ -29,23 +30,4 @@ end
 local function parse(member)
   local amount, over = string.match(member, '|(%d+)(!?)$')
   return tonumber(amount), over == '!'
-end
-
--- trim removes the reservations that stopped counting at now (their age
--- is window or more: one at t counts while now < t + window) and returns
--- the sum of the rest, and whether it changed (then "#" must be written).
-local function trim(now, window, total)
-  local edge = int(now - window)
-  local old = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', edge)
-  if #old == 0 then
-    return total, false
-  end
-  for i = 1, #old do
-    total = total - parse(old[i])
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', edge)
-  if total < 0 then
-    total = 0
-  end
-  return total, true
 end
