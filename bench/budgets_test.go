@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -10,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/agentsafe/agentsafe/budgetstore"
+	"github.com/agentsafe/agentsafe/connectadapter"
 	"github.com/agentsafe/agentsafe/internal/redistest"
+	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
+	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
@@ -59,6 +65,46 @@ func sendLoop(b *testing.B, eng *middleware.Engine) {
 func BenchmarkBudget(b *testing.B) {
 	b.Run("impl=none", func(b *testing.B) { sendLoop(b, budgetEngine(b, false)) })
 	b.Run("impl=budget", func(b *testing.B) { sendLoop(b, budgetEngine(b, true)) })
+}
+
+// connectBudgetClient serves the test service's Read over loopback
+// HTTP/1.1, governed by an engine whose Read capability has one call
+// budget per actor on the memory store when budget is set, and none
+// otherwise.
+func connectBudgetClient(b testing.TB, budget bool) testv1connect.TestServiceClient {
+	c := middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second}
+	opts := []middleware.Option{quiet, middleware.WithBudgetStore(budgetstore.NewMemory())}
+	if budget {
+		c.Budgets = []middleware.Budget{{Name: "reads", Limit: 1 << 62, Window: time.Millisecond, Per: middleware.PerActor}}
+	}
+	eng, err := middleware.New(middleware.NewRegistry().Register(testv1connect.TestServiceReadProcedure, c).
+		Register(testv1connect.TestServiceGatedProcedure, middleware.Capability{SideEffect: middleware.SideEffectWrite}), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(testv1connect.NewTestServiceHandler(connectRead{}, connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+	srv := httptest.NewServer(mux)
+	b.Cleanup(srv.Close)
+	return testv1connect.NewTestServiceClient(srv.Client(), srv.URL)
+}
+
+func readLoop(b *testing.B, client testv1connect.TestServiceClient) {
+	req := &testv1.Request{Id: "42"}
+	ctx := context.Background()
+	defer cpu(b)()
+	for b.Loop() {
+		if _, err := client.Read(ctx, connect.NewRequest(req)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBudgetConnect: the same over a real wire, a governed Connect
+// call over loopback with and without a budget.
+func BenchmarkBudgetConnect(b *testing.B) {
+	b.Run("impl=none", func(b *testing.B) { readLoop(b, connectBudgetClient(b, false)) })
+	b.Run("impl=budget", func(b *testing.B) { readLoop(b, connectBudgetClient(b, true)) })
 }
 
 // windowScript is the least script that does a reservation's work on
@@ -163,19 +209,24 @@ func TestBudgetTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	none, budget := budgetEngine(t, false), budgetEngine(t, true)
-	measure := func(eng *middleware.Engine) (ns, cpuNs float64) {
-		r := testing.Benchmark(func(b *testing.B) { sendLoop(b, eng) })
+	wireNone, wireBudget := connectBudgetClient(t, false), connectBudgetClient(t, true)
+	measure := func(loop func(b *testing.B)) (ns, cpuNs float64) {
+		r := testing.Benchmark(loop)
 		return float64(r.T.Nanoseconds()) / float64(r.N), r.Extra["cpu-ns/op"]
 	}
 	const rounds = 9
-	var times, cpus [2][]float64 // none, budget
+	var times, cpus [4][]float64 // in process: none, budget; Connect: none, budget
 	var rates [2][2][]float64    // c=1, c=64 × reserve, script (ops/s)
+	loops := [4]func(b *testing.B){
+		func(b *testing.B) { sendLoop(b, none) }, func(b *testing.B) { sendLoop(b, budget) },
+		func(b *testing.B) { readLoop(b, wireNone) }, func(b *testing.B) { readLoop(b, wireBudget) },
+	}
 	for round := range rounds {
-		for j, eng := range []*middleware.Engine{none, budget} {
-			if round%2 == 1 { // alternate which goes first
-				j, eng = 1-j, []*middleware.Engine{none, budget}[1-j]
+		for j := range loops {
+			if round%2 == 1 { // alternate which of each pair goes first
+				j ^= 1
 			}
-			ns, c := measure(eng)
+			ns, c := measure(loops[j])
 			times[j], cpus[j] = append(times[j], ns), append(cpus[j], c)
 		}
 		for k, c := range []int{1, 64} {
@@ -198,6 +249,8 @@ func TestBudgetTargets(t *testing.T) {
 	t.Logf("governed no-op write in process: without a budget %.2f µs (%.2f µs CPU), with one budget on memory %.2f µs (%.2f µs CPU), medians of %d rounds",
 		med(times[0])/1e3, med(cpus[0])/1e3, med(times[1])/1e3, med(cpus[1])/1e3, rounds)
 	t.Logf("with a budget / without: time %.2f, CPU %.2f (target ≤ 1.15)", med(times[1])/med(times[0]), med(cpus[1])/med(cpus[0]))
+	t.Logf("governed Connect Read over loopback: without a budget %.1f µs (%.1f µs CPU), with one %.1f µs (%.1f µs CPU): time %.2f, CPU %.2f (target ≤ 1.15)",
+		med(times[2])/1e3, med(cpus[2])/1e3, med(times[3])/1e3, med(cpus[3])/1e3, med(times[3])/med(times[2]), med(cpus[3])/med(cpus[2]))
 	for k, c := range []int{1, 64} {
 		re, sc := med(rates[k][0]), med(rates[k][1])
 		t.Logf("c=%-2d Redis Reserve %6.0f ops/s, go-redis window script %6.0f ops/s: Reserve / script = %.2f (target ≥ 0.8)", c, re, sc, re/sc)

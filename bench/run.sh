@@ -30,6 +30,12 @@ run go test -run '^$' -bench '^BenchmarkConnectLoad$' -benchtime 3000x -count "$
 run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
 # Approval consumption on real Redis.
 run ./redis.sh >"$out/redis.txt"
+# Budgets: a governed call with one budget on the memory store against the
+# same call without (in process, and Connect over loopback); the Redis
+# Reserve against go-redis running the least trim-sum-add script.
+run go test -run '^$' -bench '^BenchmarkBudget$' -benchtime 200000x -count "$count" . >"$out/budgets.txt"
+run go test -run '^$' -bench '^BenchmarkBudgetConnect$' -benchtime 10000x -count "$count" . >>"$out/budgets.txt"
+run env AGENTSAFE_REQUIRE_REDIS=1 go test -run '^$' -bench '^BenchmarkReserve$' -benchtime 4000x -count "$count" . >>"$out/budgets.txt"
 
 {
 	echo '## Governed vs floor, failsafe-go Get and GetAsync'
@@ -46,6 +52,9 @@ run ./redis.sh >"$out/redis.txt"
 	benchstat -col '/impl@(go-grpc-middleware agentsafe)' -filter '.name:GRPCUnary' "$out/rpc.txt"
 	echo '## net/http'
 	benchstat -col '/impl@(bare agentsafe)' -filter '.name:(NetHTTP OR NetHTTPLoopback)' "$out/rpc.txt"
+	echo '## Budgets'
+	benchstat -col '/impl@(none budget)' -filter '.name:(Budget OR BudgetConnect)' "$out/budgets.txt"
+	benchstat -col '/impl@(script reserve)' -filter '.name:Reserve' "$out/budgets.txt"
 	echo '## Load curve'
 	benchstat -col '/server@(bare agentsafe)' "$out/load.txt"
 } >"$out/benchstat.txt" 2>&1
@@ -72,6 +81,10 @@ ratios() {
 	ratios rpc.txt BenchmarkNetHTTP/body=64KiB/impl=agentsafe BenchmarkNetHTTP/body=64KiB/impl=bare 'net/http in process, 64 KiB / bare' '<=2'
 	ratios rpc.txt BenchmarkNetHTTPLoopback/body=1KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=1KiB/impl=bare 'net/http loopback, 1 KiB / bare' '<=1.1'
 	ratios rpc.txt BenchmarkNetHTTPLoopback/body=64KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=64KiB/impl=bare 'net/http loopback, 64 KiB / bare' '<=1.1'
+	ratios budgets.txt BenchmarkBudget/impl=budget BenchmarkBudget/impl=none 'governed no-op write in process, one budget (memory) / none' '<=1.15'
+	ratios budgets.txt BenchmarkBudgetConnect/impl=budget BenchmarkBudgetConnect/impl=none 'governed Connect call, one budget (memory) / none' '<=1.15'
+	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=1/impl=reserve BenchmarkReserve/c=1/impl=script 'Redis Reserve / window script, c=1, ops/s' '>=0.8'
+	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=64/impl=reserve BenchmarkReserve/c=64/impl=script 'Redis Reserve / window script, c=64, ops/s' '>=0.8'
 } >"$out/ratios.md"
 run go run ./cmd/loadplot "$out/load.txt" load.svg >"$out/load.md"
 echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/scale.txt, $out/redis.txt, load.svg" >&2
