@@ -19,6 +19,10 @@ type Memory struct {
 	mu        sync.Mutex
 	keys      map[string]*ledger
 	lastSweep time.Time
+	// lastKey and last are the key reserved on last, and its ledger: a
+	// run of calls spends on one key.
+	lastKey string
+	last    *ledger
 }
 
 var _ store.BudgetStore = (*Memory)(nil)
@@ -56,10 +60,12 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	return &Memory{cfg: cfg, keys: make(map[string]*ledger)}
 }
 
-// trim drops the reservations that stopped counting at now, by window.
+// trim drops the reservations that stopped counting at now, by window:
+// those at or before now - window.
 func (l *ledger) trim(now time.Time, window time.Duration) {
+	edge := now.Add(-window)
 	n := 0
-	for n < len(l.queue) && !now.Before(l.queue[n].at.Add(window)) {
+	for n < len(l.queue) && !l.queue[n].at.After(edge) {
 		if r := &l.queue[n]; !r.released {
 			l.total -= r.amount
 			delete(l.held, r.execution)
@@ -102,10 +108,13 @@ func (m *Memory) Reserve(_ context.Context, req store.BudgetRequest) (store.Budg
 	defer m.mu.Unlock()
 	now := m.cfg.now()
 	m.sweep(now)
-	l := m.keys[req.Key]
-	if l == nil {
-		l = &ledger{held: make(map[string]int64)}
-		m.keys[req.Key] = l
+	l := m.last
+	if l == nil || m.lastKey != req.Key {
+		if l = m.keys[req.Key]; l == nil {
+			l = &ledger{held: make(map[string]int64)}
+			m.keys[req.Key] = l
+		}
+		m.lastKey, m.last = req.Key, l
 	}
 	l.trim(now, req.Window)
 	if r := l.find(req.ExecutionID); r != nil {
@@ -180,6 +189,7 @@ func (m *Memory) sweep(now time.Time) {
 			delete(m.keys, k)
 		}
 	}
+	m.lastKey, m.last = "", nil // it may be gone
 }
 
 // ProcessLocal reports that the memory store keeps budgets in this
