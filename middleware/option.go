@@ -205,7 +205,7 @@ func WithAuditSink(s AuditSink, timeout ...time.Duration) Option {
 			c.audit = nil
 			return
 		}
-		sc := sinkConfig{call: s.Record, name: fmt.Sprintf("audit:%T", s), timeout: defaultAuditTimeout, queue: defaultSinkQueue, audit: true}
+		sc := sinkConfig{call: s.Record, name: fmt.Sprintf("audit:%T", s), timeout: defaultAuditTimeout, queue: defaultSinkQueue, audit: s}
 		for _, d := range timeout {
 			if d <= 0 {
 				c.problems = append(c.problems, fmt.Sprintf("WithAuditSink timeout must be positive (got %s)", d))
@@ -252,7 +252,7 @@ type sinkConfig struct {
 	name    string
 	timeout time.Duration
 	queue   int
-	audit   bool
+	audit   AuditSink // the strict audit sink's, or nil
 }
 
 func (s *sinkConfig) apply(c *config, opts []SinkOption) {
