@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,8 +41,11 @@ import (
 //
 // One AuditSink may serve several engines. [AuditSink.Close] stops it.
 type AuditSink struct {
-	pool   *pgxpool.Pool
-	closed atomic.Bool
+	pool *pgxpool.Pool
+	// mu is held for reading by each write, and by Close for writing, so
+	// that Close returns once the writes in progress have ended.
+	mu     sync.RWMutex
+	closed bool
 }
 
 var _ middleware.BatchAuditSink = (*AuditSink)(nil)
@@ -88,7 +91,9 @@ func (s *AuditSink) Record(ctx context.Context, e middleware.Event) error {
 // one statement, in order, and returns once they are committed or with
 // the error that kept them all from that.
 func (s *AuditSink) RecordBatch(ctx context.Context, events []middleware.Event) error {
-	if s.closed.Load() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
 		return errClosed
 	}
 	if len(events) == 0 {
@@ -102,11 +107,16 @@ func (s *AuditSink) RecordBatch(ctx context.Context, events []middleware.Event) 
 	return s.insert(ctx, events)
 }
 
-// Close stops the sink: a later Record or RecordBatch fails, so that
-// nothing runs on a record the sink will not write. Every record it
-// accepted is committed already. Closing a closed sink is a no-op.
+// Close stops the sink once the writes in progress have ended: a later
+// Record or RecordBatch fails, so that nothing runs on a record the sink
+// will not write. Every record it accepted is committed. Close it after
+// the servers whose engines use it have shut down: the engine hands the
+// sink each record as it comes, and a record it hands over after Close is
+// lost. Closing a closed sink is a no-op.
 func (s *AuditSink) Close(context.Context) error {
-	s.closed.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
 	return nil
 }
 
