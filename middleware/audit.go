@@ -71,6 +71,8 @@ const (
 var (
 	errAuditFull   = errors.New("agentsafe: the audit sink's queue is full")
 	errAuditBehind = errors.New("agentsafe: the audit sink is behind: the records waiting for it would outlast the bound")
+	// errCallerLeft: the caller's context ended while its record waited.
+	errCallerLeft = errors.New("agentsafe: the caller left while its audit record waited")
 	// errSinkPanicked is the cause of a write whose sink panicked: taken
 	// for a record's content, so that the record is isolated.
 	errSinkPanicked = errors.New("agentsafe: the audit sink panicked")
@@ -94,9 +96,15 @@ func newAuditWriter(s AuditSink) *auditWriter {
 }
 
 // sync delivers ev through the queue and waits for the sink's answer, at
-// most the sink's bound: a strict audit sink's synchronous record, in
-// order with the records queued before it.
-func (s *sinkQueue) sync(ctx context.Context, ev Event) error {
+// most the sink's bound, and while the caller (its context, when it has
+// not ended already) waits: a strict audit sink's synchronous record, in
+// order with the records queued before it. A record whose wait ended
+// before it was taken into a write is never written.
+func (s *sinkQueue) sync(ctx, caller context.Context, ev Event) error {
+	var left <-chan struct{}
+	if caller.Err() == nil {
+		left = caller.Done()
+	}
 	w := &waiter{done: make(chan error, 1)}
 	s.mu.Lock()
 	if err := s.admit(ev); err != nil {
@@ -112,23 +120,27 @@ func (s *sinkQueue) sync(ctx context.Context, ev Event) error {
 	s.push(queued{ctx: ctx, ev: ev, w: w})
 	t := time.NewTimer(s.bound)
 	defer t.Stop()
+	gaveUp := errAuditTimeout
 	select {
 	case err := <-w.done:
 		return err
 	case <-t.C:
+	case <-left:
+		gaveUp = errCallerLeft
 	}
 	s.mu.Lock()
+	select {
+	case err := <-w.done: // answered as the wait ended
+		s.mu.Unlock()
+		return err
+	default:
+	}
 	w.gone = true // not written from now on
 	if !w.writing && ev.Type == EventRequested {
 		s.stalled[ev.ExecutionID] = struct{}{} // as for a refusal (above)
 	}
 	s.mu.Unlock()
-	select {
-	case err := <-w.done: // written (or refused) as the bound passed
-		return err
-	default:
-		return errAuditTimeout
-	}
+	return gaveUp
 }
 
 // admit refuses a synchronous record when the queue is full, or when the

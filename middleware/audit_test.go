@@ -323,19 +323,31 @@ func TestAnOutageKeepsTheOldestRecords(t *testing.T) {
 	})
 }
 
-// A record whose execution stopped waiting for it (its bound passed while
-// it was queued) is never written: its call failed AUDIT_UNAVAILABLE and
-// ran nothing, and the trail must not say otherwise. A call whose
-// requested was so left out leaves nothing: its failure is not written
-// either (the sink is behind), but counted.
+// A record whose execution stopped waiting for it while it was queued
+// (the bound passed, or the caller left) is never written: its call
+// failed (AUDIT_UNAVAILABLE, or CANCELLED) and ran nothing, and the trail
+// must not say otherwise. A call whose requested was so left out leaves
+// nothing: its final record is not written either (the sink is behind),
+// but counted as dropped.
 func TestARecordWhoseCallerGaveUpIsNotWritten(t *testing.T) {
-	for _, batch := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		batch    bool
+		patience time.Duration // the caller's deadline; 0: none
+		want     middleware.Code
+		waited   time.Duration
+	}{
+		{"the bound passed", false, 0, middleware.CodeAuditUnavailable, 100 * time.Millisecond},
+		{"the bound passed, batch sink", true, 0, middleware.CodeAuditUnavailable, 100 * time.Millisecond},
+		{"the caller left", false, 40 * time.Millisecond, middleware.CodeCancelled, 40 * time.Millisecond},
+		{"the caller left, batch sink", true, 40 * time.Millisecond, middleware.CodeCancelled, 40 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			inBubble(t, func(t *testing.T) {
 				var stall atomic.Bool
 				inner := &batchSink{}
 				var sink middleware.AuditSink = stallingSink{inner, &stall}
-				if batch {
+				if tc.batch {
 					sink = stallingBatchSink{stallingSink{inner, &stall}}
 				}
 				eng := auditEngine(t, sink, 100*time.Millisecond)
@@ -346,12 +358,18 @@ func TestARecordWhoseCallerGaveUpIsNotWritten(t *testing.T) {
 				})
 				synctest.Wait()
 				stall.Store(false)
+				ctx := caller("agent-2")
+				if tc.patience > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.patience)
+					defer cancel()
+				}
 				var ran atomic.Bool
 				start := time.Now()
-				_, env, err := execute(eng, caller("agent-2"), call{Procedure: procWrite}, func(context.Context) (any, error) { ran.Store(true); return nil, nil })
-				wantCode(t, env, err, middleware.CodeAuditUnavailable)
-				if waited := time.Since(start); waited != 100*time.Millisecond || ran.Load() {
-					t.Fatalf("the queued call gave up after %s (ran %t); want the 100ms bound, nothing run", waited, ran.Load())
+				_, env, err := execute(eng, ctx, call{Procedure: procWrite}, func(context.Context) (any, error) { ran.Store(true); return nil, nil })
+				wantCode(t, env, err, tc.want)
+				if waited := time.Since(start); waited != tc.waited || ran.Load() {
+					t.Fatalf("the queued call ended after %s (ran %t); want %s, nothing run", waited, ran.Load(), tc.waited)
 				}
 				wg.Wait()
 				time.Sleep(time.Second)
@@ -366,7 +384,7 @@ func TestARecordWhoseCallerGaveUpIsNotWritten(t *testing.T) {
 					}
 				}
 				if st := auditStats(eng); st.Dropped == 0 {
-					t.Errorf("audit sink %+v: the failure of the call that gave up is not written, and must be counted", st)
+					t.Errorf("audit sink %+v: the end of the call that gave up is not written, and must be counted", st)
 				}
 			})
 		})

@@ -387,13 +387,14 @@ func (e *Engine) deliver(ctx context.Context, ev Event) {
 }
 
 // deliverAudited is deliver for the events a strict audit sink records
-// synchronously; its error means the event was not recorded.
-func (e *Engine) deliverAudited(ctx context.Context, ev Event) error {
+// synchronously, while caller waits; its error means the event was not
+// recorded.
+func (e *Engine) deliverAudited(ctx, caller context.Context, ev Event) error {
 	e.traced(ctx, ev)
 	var err error
 	for _, s := range e.sinks {
 		if s == e.audit {
-			err = s.sync(ctx, ev)
+			err = s.sync(ctx, caller, ev)
 			continue
 		}
 		s.enqueue(queued{ctx: ctx, ev: ev})
