@@ -9,15 +9,19 @@ import (
 )
 
 // BatchAuditSink is an [AuditSink] that can also write several records in
-// one call, all or none: the engine then hands it every record waiting
-// for it at once (group commit), so that under load a strict audit trail
-// costs a write per batch, not per record. A batch that fails because of
-// one record's content must say which: a [*BatchError], or an error with a
-// SQLState() method in PostgreSQL's data-exception class "22" (pgx's
-// *pgconn.PgError has one). Any other error is taken for a transient
-// failure of the sink (connection lost, timeout) and fails the whole
-// batch. RecordBatch's context has the audit bound as its deadline and
-// no one call's values: its records belong to many calls.
+// one call, in order, all or none: the engine then hands it every record
+// waiting for it at once (group commit), so that under load a strict
+// audit trail costs a write per batch, not per record. A batch that fails
+// because of one record's content must say so: a [*BatchError] naming the
+// record, or an error with a SQLState() method in the data-exception
+// class "22" (pgx's *pgconn.PgError has one), which the engine answers by
+// splitting the batch in halves until the record is alone; a panic counts
+// as the latter. Any other error is taken for a transient failure (the
+// connection lost, the deadline passed): the engine sends the batch's
+// queued records again with its next write, so a sink whose commit reply
+// was lost sees them twice. RecordBatch's context has the audit bound as
+// its deadline and no one call's values: its records belong to many
+// calls.
 type BatchAuditSink interface {
 	AuditSink
 	RecordBatch(ctx context.Context, events []Event) error
@@ -276,7 +280,11 @@ func (a *auditWriter) commit(s *sinkQueue, gen uint64, items []queued) bool {
 		case recordFailed, recordPending:
 			switch {
 			case it.w != nil:
-				it.answer(b.errs[i])
+				err := b.errs[i]
+				if err == nil { // never tried: the worker was abandoned first
+					err = errAuditTimeout
+				}
+				it.answer(err)
 			case alive && a.max > 1:
 				retain = append(retain, it)
 			default:
