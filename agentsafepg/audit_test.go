@@ -260,8 +260,9 @@ func TestAuditSinkCommitsBeforeItReturns(t *testing.T) {
 
 // TestAuditSinkFailsClosedWhenPostgresStops: with the database down, a
 // requested event fails, so the engine runs nothing (AUDIT_UNAVAILABLE);
-// the events queued meanwhile are written once it is back, before the
-// next requested event.
+// the events queued meanwhile (the end of a call that was running, the
+// refused call's failure) are written once it is back, with the next
+// requested event; nothing is dropped.
 func TestAuditSinkFailsClosedWhenPostgresStops(t *testing.T) {
 	ctx := t.Context()
 	srv := startMigrated(t)
@@ -276,12 +277,27 @@ func TestAuditSinkFailsClosedWhenPostgresStops(t *testing.T) {
 	ran := 0
 	handler := func(context.Context) (any, error) { ran++; return "refunded", nil }
 
-	before, err := execute(ctx, eng, secretInput(1), "", handler)
-	if err != nil {
+	// The first call runs while PostgreSQL stops: its completed event
+	// comes when the database is down, and waits for it.
+	started, release := make(chan struct{}), make(chan struct{})
+	var before middleware.Envelope
+	returned := make(chan error)
+	go func() {
+		var err error
+		before, err = execute(ctx, eng, secretInput(1), "", func(ctx context.Context) (any, error) {
+			close(started)
+			<-release
+			return handler(ctx)
+		})
+		returned <- err
+	}()
+	<-started
+	srv.Stop()
+	close(release)
+	if err := <-returned; err != nil {
 		t.Fatal(err)
 	}
-	sink.waitFinal(t, before.ExecutionID)
-	srv.Stop()
+	sink.waitFinalQueued(t, before.ExecutionID) // its write failed
 	down, err := execute(ctx, eng, secretInput(2), "", handler)
 	if middleware.CodeOf(err) != middleware.CodeAuditUnavailable || ran != 1 {
 		t.Fatalf("with PostgreSQL down a call must fail AUDIT_UNAVAILABLE and run nothing: %v, %d runs", err, ran)
@@ -294,7 +310,7 @@ func TestAuditSinkFailsClosedWhenPostgresStops(t *testing.T) {
 		t.Fatalf("once PostgreSQL is back, the same engine and sink must work again: %v, %d runs", err, ran)
 	}
 	if got, want := types(trail(t, pool, before.ExecutionID)), []string{"capability.requested", "capability.started", "capability.completed"}; !slices.Equal(got, want) {
-		t.Errorf("the events queued before the stop are written once it is back: %v; want %v", got, want)
+		t.Errorf("the events of a call that ran are written once PostgreSQL is back: %v; want %v", got, want)
 	}
 	down1 := trail(t, pool, down.ExecutionID)
 	if got, want := types(down1), []string{"capability.failed"}; !slices.Equal(got, want) || down1[0].Code == nil || *down1[0].Code != "AUDIT_UNAVAILABLE" {

@@ -205,11 +205,14 @@ type AuditSink interface {
 // fails (or, for a record nobody waits for, it is counted as dropped in
 // [Engine.Stats]). A transient failure fails the calls waiting for that
 // write; a BatchAuditSink's other records are kept and written with the
-// next record that comes. A record whose call stopped waiting is never
-// written, and a call whose capability.requested was not recorded leaves
-// no later record. When the records waiting would take more than half the
-// timeout to write at the sink's recent pace, a new call is refused
-// AUDIT_UNAVAILABLE at once rather than left to time out. A failure at
+// next record that comes. A record whose call stopped waiting (the
+// timeout passed, or the caller's context ended: CANCELLED) is never
+// written. When the records waiting would take more than half the timeout
+// to write at the sink's recent pace, a new call is refused
+// AUDIT_UNAVAILABLE at once rather than left to time out; a call refused
+// so, or that gave up waiting for its capability.requested, leaves no
+// record at all (its end is counted as dropped), so that refusals cost the
+// sink nothing while it is behind. A failure at
 // capability.started after an approval was consumed gives the approval
 // back. The last WithAuditSink wins; nil removes it. By default there is
 // none.
