@@ -292,12 +292,7 @@ func TestATransientAuditFailureKeepsTheBatchWhole(t *testing.T) {
 func TestAnOutageKeepsTheOldestRecords(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		var down atomic.Bool
-		sink := &batchSink{refuse: func([]middleware.Event) error {
-			if down.Load() {
-				return errors.New("connection refused")
-			}
-			return nil
-		}}
+		sink := &storeSink{down: &down}
 		eng := auditEngine(t, sink)
 		down.Store(true)
 		const refused = 600 // each leaves its failure for the sink: 512 fit in half the queue
@@ -307,9 +302,10 @@ func TestAnOutageKeepsTheOldestRecords(t *testing.T) {
 			wantCode(t, env, err, middleware.CodeAuditUnavailable)
 			if i == 0 {
 				first = env.ExecutionID
+				synctest.Wait() // its failure is the oldest record
 			}
-			synctest.Wait()
 		}
+		synctest.Wait()
 		down.Store(false)
 		_, env, err := execute(eng, caller("agent-1"), call{Procedure: procWrite}, noop)
 		wantCode(t, env, err, middleware.CodeOK)
@@ -317,10 +313,35 @@ func TestAnOutageKeepsTheOldestRecords(t *testing.T) {
 		if st := auditStats(eng); st.Dropped != refused-512 {
 			t.Errorf("audit sink %+v: want %d dropped", st, refused-512)
 		}
-		if got := sink.trail(first); !slices.Equal(got, []middleware.EventType{middleware.EventFailed}) {
-			t.Errorf("the oldest record kept through the outage: %v", got)
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if n := len(sink.stored); n != 512+3 || sink.stored[0].ExecutionID != first {
+			t.Errorf("%d records stored after the outage, the first of %s; want the 512 oldest failures kept, then the last call's 3 records, the first of %s",
+				n, sink.stored[0].ExecutionID, first)
 		}
 	})
+}
+
+// storeSink keeps what it stored, and fails every write while down: a
+// batchSink without the record of every attempt, for long outages.
+type storeSink struct {
+	down   *atomic.Bool
+	mu     sync.Mutex
+	stored []middleware.Event
+}
+
+func (s *storeSink) Record(ctx context.Context, e middleware.Event) error {
+	return s.RecordBatch(ctx, []middleware.Event{e})
+}
+
+func (s *storeSink) RecordBatch(_ context.Context, events []middleware.Event) error {
+	if s.down.Load() {
+		return errors.New("connection refused")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stored = append(s.stored, events...)
+	return nil
 }
 
 // A record whose execution stopped waiting for it while it was queued
