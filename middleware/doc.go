@@ -86,6 +86,22 @@
 // the caller to re-invoke", which a runtime-retryable TIMEOUT of a
 // non-idempotent write is not.
 //
+// # Strict audit
+//
+// With [WithAuditSink], capability.requested and capability.started are
+// stored before a call goes on: no record, no effect (AUDIT_UNAVAILABLE).
+// The sink's writes are made by one worker, in order; a [BatchAuditSink]
+// gets every record waiting for it in one RecordBatch, all or none, so
+// concurrent calls share a write (package agentsafepg's sink is one
+// INSERT a batch). One record's content never fails another's call: the
+// sink says which record it cannot store (a [*BatchError], or a database
+// error in SQLSTATE class 22), and the engine splits the batch until that
+// record is alone; only that record's call fails, or, for a record
+// nobody waits for, it is counted as dropped ([Engine.Stats]). A
+// transient failure keeps a BatchAuditSink's queued records for the next
+// write. A record whose call gave up waiting is never written, and a
+// queue that falls behind refuses new calls at once.
+//
 // # Testing
 //
 // Package agentsafetest records the audit trail (Recorder, WaitFinal) and

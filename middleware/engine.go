@@ -107,7 +107,8 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	for _, sc := range sinks {
 		q := newSinkQueue(sc.name, sc.call, sc.timeout, sc.queue, cfg.logger)
 		e.sinks = append(e.sinks, q)
-		if sc.audit {
+		if sc.audit != nil {
+			q.audit = newAuditWriter(sc.audit)
 			e.audit = q
 		}
 	}

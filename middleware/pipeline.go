@@ -269,10 +269,13 @@ func (x *execution) requested() *Error {
 }
 
 // unaudited is the error of an execution whose strict audit sink failed:
-// no record, no effect.
+// no record, no effect; or that the caller left while it waited.
 func (x *execution) unaudited(err error) *Error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, errCallerLeft) {
+		return x.cancelled()
 	}
 	return &Error{Code: CodeAuditUnavailable, Message: "the audit trail could not record the call; nothing ran", Retryable: true, Cause: err}
 }
@@ -784,7 +787,7 @@ func (x *execution) emit(ev Event) error {
 	x.emitting <- struct{}{}
 	defer func() { <-x.emitting }()
 	if (ev.Type == EventRequested && !x.hidden) || ev.Type == EventStarted {
-		return x.e.deliverAudited(x.sinkCtx, ev)
+		return x.e.deliverAudited(x.sinkCtx, x.ctx, ev)
 	}
 	x.e.deliver(x.sinkCtx, ev)
 	return nil
