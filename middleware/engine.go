@@ -57,6 +57,9 @@ type capability struct {
 	// abandoned counts attempts left behind at their deadline that have not
 	// returned yet.
 	abandoned atomic.Int64
+	// overrunWarned is when the engine last warned that an Inline attempt
+	// overran its deadline (unix nanoseconds; 0: never).
+	overrunWarned atomic.Int64
 	// route is what adapters resolve the procedure to.
 	route *route
 }

@@ -24,6 +24,7 @@ type config struct {
 	jitter         time.Duration
 	defaultExpiry  time.Duration
 	maxAbandoned   int
+	overrunGrace   time.Duration
 	strict         bool
 	actor          func(context.Context) (Actor, error)
 	classify       func(error) bool
@@ -55,6 +56,7 @@ func defaultConfig() config {
 		maxBackoff:     30 * time.Second,
 		defaultExpiry:  15 * time.Minute,
 		maxAbandoned:   100,
+		overrunGrace:   100 * time.Millisecond,
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
 		now:            time.Now,
@@ -97,6 +99,10 @@ type Defaults struct {
 	// Idempotency-Key is replayed, and a key in doubt kept (see
 	// [WithResultStore]): 24h. A dedup window keeps its own.
 	ResultRetention time.Duration
+	// OverrunGrace is how long after its context ended an attempt of an
+	// Inline capability may return before the engine reports it with
+	// [EventDeadlineOverrun] and a warning: 100ms.
+	OverrunGrace time.Duration
 }
 
 // WithDefaults sets the engine-wide defaults and limits (see [Defaults]);
@@ -117,6 +123,7 @@ func WithDefaults(d Defaults) Option {
 		set("Jitter", d.Jitter, &c.jitter)
 		set("ApprovalExpiry", d.ApprovalExpiry, &c.defaultExpiry)
 		set("ResultRetention", d.ResultRetention, &c.retention)
+		set("OverrunGrace", d.OverrunGrace, &c.overrunGrace)
 		switch {
 		case d.MaxAbandoned < 0:
 			c.problems = append(c.problems, fmt.Sprintf("Defaults.MaxAbandoned must not be negative (got %d)", d.MaxAbandoned))

@@ -363,8 +363,9 @@ func (e *Engine) Stats() Stats {
 }
 
 // NewSlogSink returns a sink that logs each event on logger (slog.Default()
-// when nil): final failures at Warn, everything else at Info. Only the
-// fields an event uses are logged.
+// when nil): final failures, abandoned results and deadline overruns at
+// Warn, everything else at Info. Only the fields an event uses are logged
+// (a deadline overrun's Duration as "overrun").
 func NewSlogSink(logger *slog.Logger) EventSink {
 	if logger == nil {
 		logger = slog.Default()
@@ -376,7 +377,7 @@ type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	level := slog.LevelInfo
-	if e.Type == EventFailed || e.Type == EventAbandonedResult {
+	if e.Type == EventFailed || e.Type == EventAbandonedResult || e.Type == EventDeadlineOverrun {
 		level = slog.LevelWarn
 	}
 	if !s.l.Enabled(ctx, level) {
@@ -400,7 +401,11 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.PreviousErrorCode != CodeOK, slog.String("previous_error_code", e.PreviousErrorCode.String()))
 	add(e.Code != CodeOK, slog.String("code", e.Code.String()))
 	add(e.Code != CodeOK, slog.Bool("retryable", e.Retryable))
-	add(e.Type.Final() || e.Duration > 0, slog.Duration("duration", e.Duration))
+	duration := "duration"
+	if e.Type == EventDeadlineOverrun {
+		duration = "overrun"
+	}
+	add(e.Type.Final() || e.Duration > 0, slog.Duration(duration, e.Duration))
 	add(e.ApprovalID != "", slog.String("approval_id", e.ApprovalID))
 	add(e.Approver.ID != "", slog.String("approver", e.Approver.ID))
 	add(e.Comment != "", slog.String("comment", e.Comment))
