@@ -109,6 +109,7 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	e.observed = len(sinks) > 0 || e.traceSink != nil
 	for _, sc := range sinks {
 		q := newSinkQueue(sc.name, sc.call, sc.timeout, sc.queue, cfg.logger)
+		q.inline = sc.inline
 		e.sinks = append(e.sinks, q)
 		if sc.audit {
 			e.audit = q

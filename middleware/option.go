@@ -179,7 +179,9 @@ func WithRedactor(f func(error) string) Option {
 // overruns the bound abandons its worker (a fresh one takes the queue) and
 // that execution's later events for the sink are dropped; a full queue
 // drops the event. Every drop is counted ([Engine.Stats]) and logged,
-// rate-limited. Nil is ignored; without sinks no event is even built.
+// rate-limited. [SinkInline] calls a sink that never blocks on the
+// execution's goroutine instead. Nil is ignored; without sinks no event is
+// even built.
 func WithEventSink(s EventSink, opts ...SinkOption) Option {
 	return optionFunc(func(c *config) {
 		if s == nil {
@@ -188,6 +190,9 @@ func WithEventSink(s EventSink, opts ...SinkOption) Option {
 		sc := sinkConfig{call: func(ctx context.Context, e Event) error { s.HandleEvent(ctx, e); return nil },
 			name: fmt.Sprintf("%d:%T", len(c.sinks), s), timeout: defaultSinkTimeout, queue: defaultSinkQueue}
 		sc.apply(c, opts)
+		if p := sc.inlineProblem(); p != "" {
+			c.problems = append(c.problems, p)
+		}
 		c.sinks = append(c.sinks, sc)
 	})
 }
@@ -238,7 +243,7 @@ func SinkTimeout(d time.Duration) SinkOption {
 			c.problems = append(c.problems, fmt.Sprintf("SinkTimeout must be positive (got %s)", d))
 			return
 		}
-		s.timeout = d
+		s.timeout, s.queued = d, true
 	})
 }
 
@@ -249,7 +254,7 @@ func SinkQueue(n int) SinkOption {
 			c.problems = append(c.problems, fmt.Sprintf("SinkQueue must be positive (got %d)", n))
 			return
 		}
-		s.queue = n
+		s.queue, s.queued = n, true
 	})
 }
 
@@ -260,6 +265,8 @@ type sinkConfig struct {
 	timeout time.Duration
 	queue   int
 	audit   bool
+	queued  bool // SinkTimeout or SinkQueue was given
+	inline  bool // SinkInline: no worker, no queue
 }
 
 func (s *sinkConfig) apply(c *config, opts []SinkOption) {

@@ -45,6 +45,8 @@ type sinkQueue struct {
 	bound time.Duration
 	size  int
 	log   *slog.Logger
+	// inline: SinkInline, called on the execution's goroutine (callInline).
+	inline bool
 	// wake tells a parked worker that events are queued.
 	wake chan struct{}
 
@@ -90,6 +92,10 @@ func newSinkQueue(name string, call func(context.Context, Event) error, bound ti
 // enqueue hands ev to the sink without blocking: a full queue drops it,
 // counted and warned about.
 func (s *sinkQueue) enqueue(it queued) bool {
+	if s.inline {
+		s.callInline(it)
+		return true
+	}
 	s.mu.Lock()
 	if s.n >= s.size {
 		s.mu.Unlock()
