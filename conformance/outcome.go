@@ -8,7 +8,7 @@ import (
 // outcomeRules are the rules about the outcome an approved execution
 // leaves in its approval record, as every adapter reaches it.
 var outcomeRules = []adapterRule{
-	{name: "Approval/a timed-out approved write records in_doubt at once, then its late result",
+	{name: "Approval/a timed-out approved write records in_doubt at once, then its late result", variant: notInline,
 		capabilities: func(_ *suite, caps map[Fixture]middleware.Capability) {
 			c := caps[FixtureGated]
 			c.Timeout = slowTimeout
