@@ -4,11 +4,11 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware"
-	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // inlineRules are what Inline changes (SPEC §3), in place of the rules
-// about abandoned attempts: they run only with Inline capabilities.
+// about abandoned attempts: they run only with Inline capabilities (the
+// approval's is among outcomeRules).
 var inlineRules = []adapterRule{
 	{name: "Timeout/an Inline handler that ignores its context holds the call until it returns", variant: inlineOnly, check: func(s *suite) {
 		const rule = "an Inline attempt is never abandoned: the call answers when the handler returns, TIMEOUT, its late result discarded, reported as capability.deadline_overrun and never as abandoned_result"
@@ -46,29 +46,6 @@ var inlineRules = []adapterRule{
 			s.Errorf("%s: deadline_overrun says attempt %d overran by %s; want attempt 1, by about %s", rule, overrun.Attempt, overrun.Duration, lateBy)
 		}
 	}},
-	{name: "Approval/an Inline approved write that returns late records its result at once, late",
-		variant: inlineOnly,
-		capabilities: func(_ *suite, caps map[Fixture]middleware.Capability) {
-			c := caps[FixtureGated]
-			c.Timeout = slowTimeout
-			caps[FixtureGated] = c
-		},
-		check: func(s *suite) {
-			const rule = "an Inline execution knows its late result when it finalizes: the approval records it then (completed, late), never in_doubt"
-			req := s.request(ModeIgnore)
-			r := s.call(FixtureGated, req, "")
-			s.expect(rule, r, middleware.CodeApprovalRequired)
-			id := r.Envelope.ApprovalID
-			if _, err := s.eng.Decide(s.Context(), id, store.Decision{Approve: true, Approver: suiteApprover}); err != nil {
-				s.Fatal(err)
-			}
-			r = s.call(FixtureGated, req, id)
-			s.expect(rule, r, middleware.CodeTimeout)
-			if rec, err := s.eng.Get(s.Context(), id); err != nil || rec.Status != store.ApprovalCompleted || !rec.Outcome.Late || rec.Outcome.Code != middleware.CodeOK.String() {
-				s.Errorf("%s: when the caller is told TIMEOUT the record already holds the late success: %s %+v, %v", rule, rec.Status, rec.Outcome, err)
-			}
-			s.wantRuns(rule, req.ID, 1)
-		}},
 	{name: "Keys/an Inline write's late result is stored for its key at once", variant: inlineOnly, results: true, check: func(s *suite) {
 		const rule = "an Inline execution stores its late result for the caller's key when it finalizes, never in doubt: a repeat replays it"
 		req := s.request(ModeIgnore)

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -190,7 +189,7 @@ func TestInlineCallerCancellationIsTerminalAndItsOverrunReported(t *testing.T) {
 // one warning per procedure, at most once a minute.
 func TestInlineOverrunWarnsOncePerProcedureAndMinute(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
-		var logs lockedBuffer
+		var logs syncBuffer
 		logger := slog.New(slog.NewTextHandler(&logs, nil))
 		late := func(context.Context) (any, error) { time.Sleep(time.Second); return nil, nil }
 		eng, err := middleware.New(middleware.NewRegistry().
@@ -223,18 +222,6 @@ func TestInlineOverrunWarnsOncePerProcedureAndMinute(t *testing.T) {
 		}
 	})
 }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 func TestInlinePanicIsRecovered(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
@@ -324,12 +311,7 @@ func TestInlineLateResultIsStoredForTheKeyAtOnce(t *testing.T) {
 		if err != nil || rec.State != store.ResultDone || !rec.Result.Late || rec.Result.ExecutionID != env.ExecutionID {
 			t.Fatalf("the late result is stored at finalization, never in doubt: %+v, %v", rec, err)
 		}
-		v, replay, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
-		wantCode(t, replay, err, middleware.CodeOK)
-		if v != "charged late" || !replay.Replayed || replay.ExecutionID != env.ExecutionID {
-			t.Errorf("a repeat replays the late result: %v %+v", v, replay)
-		}
-		r.wantRuns("the late result is never run again", 1)
+		r.wantLateReplayed(env)
 	})
 }
 
