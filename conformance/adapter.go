@@ -99,7 +99,7 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	rules := slices.Concat(adapterRules, policyRules, keyRules, hintRules, outcomeRules, wireRules, inlineRules)
+	rules := slices.Concat(adapterRules, policyRules, absentRules, keyRules, hintRules, outcomeRules, wireRules, inlineRules)
 	runRules(t, h, rules, inProcess, false)
 	t.Run("Inline", func(t *testing.T) { runRules(t, h, rules, inProcess, true) })
 }
