@@ -24,6 +24,7 @@ type config struct {
 	jitter         time.Duration
 	defaultExpiry  time.Duration
 	maxAbandoned   int
+	overrunGrace   time.Duration
 	strict         bool
 	actor          func(context.Context) (Actor, error)
 	classify       func(error) bool
@@ -56,6 +57,7 @@ func defaultConfig() config {
 		maxBackoff:     30 * time.Second,
 		defaultExpiry:  15 * time.Minute,
 		maxAbandoned:   100,
+		overrunGrace:   100 * time.Millisecond,
 		quota:          store.ResultQuota{Records: 1000, Bytes: 64 << 20},
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
@@ -99,6 +101,10 @@ type Defaults struct {
 	// Idempotency-Key is replayed, and a key in doubt kept (see
 	// [WithResultStore]): 24h. A dedup window keeps its own.
 	ResultRetention time.Duration
+	// OverrunGrace is how long after its context ended an attempt of an
+	// Inline capability may return before the engine reports it with
+	// [EventDeadlineOverrun] and a warning: 100ms.
+	OverrunGrace time.Duration
 }
 
 // WithDefaults sets the engine-wide defaults and limits (see [Defaults]);
@@ -119,6 +125,7 @@ func WithDefaults(d Defaults) Option {
 		set("Jitter", d.Jitter, &c.jitter)
 		set("ApprovalExpiry", d.ApprovalExpiry, &c.defaultExpiry)
 		set("ResultRetention", d.ResultRetention, &c.retention)
+		set("OverrunGrace", d.OverrunGrace, &c.overrunGrace)
 		switch {
 		case d.MaxAbandoned < 0:
 			c.problems = append(c.problems, fmt.Sprintf("Defaults.MaxAbandoned must not be negative (got %d)", d.MaxAbandoned))
@@ -174,7 +181,9 @@ func WithRedactor(f func(error) string) Option {
 // overruns the bound abandons its worker (a fresh one takes the queue) and
 // that execution's later events for the sink are dropped; a full queue
 // drops the event. Every drop is counted ([Engine.Stats]) and logged,
-// rate-limited. Nil is ignored; without sinks no event is even built.
+// rate-limited. [SinkInline] calls a sink that never blocks on the
+// execution's goroutine instead. Nil is ignored; without sinks no event is
+// even built.
 func WithEventSink(s EventSink, opts ...SinkOption) Option {
 	return optionFunc(func(c *config) {
 		if s == nil {
@@ -183,6 +192,9 @@ func WithEventSink(s EventSink, opts ...SinkOption) Option {
 		sc := sinkConfig{call: func(ctx context.Context, e Event) error { s.HandleEvent(ctx, e); return nil },
 			name: fmt.Sprintf("%d:%T", len(c.sinks), s), timeout: defaultSinkTimeout, queue: defaultSinkQueue}
 		sc.apply(c, opts)
+		if p := sc.inlineProblem(); p != "" {
+			c.problems = append(c.problems, p)
+		}
 		c.sinks = append(c.sinks, sc)
 	})
 }
@@ -254,7 +266,7 @@ func SinkTimeout(d time.Duration) SinkOption {
 			c.problems = append(c.problems, fmt.Sprintf("SinkTimeout must be positive (got %s)", d))
 			return
 		}
-		s.timeout = d
+		s.timeout, s.queued = d, true
 	})
 }
 
@@ -265,7 +277,7 @@ func SinkQueue(n int) SinkOption {
 			c.problems = append(c.problems, fmt.Sprintf("SinkQueue must be positive (got %d)", n))
 			return
 		}
-		s.queue = n
+		s.queue, s.queued = n, true
 	})
 }
 
@@ -276,6 +288,8 @@ type sinkConfig struct {
 	timeout time.Duration
 	queue   int
 	audit   AuditSink // the strict audit sink's, or nil
+	queued  bool      // SinkTimeout or SinkQueue was given
+	inline  bool      // SinkInline: no worker, no queue
 }
 
 func (s *sinkConfig) apply(c *config, opts []SinkOption) {

@@ -48,6 +48,8 @@ type sinkQueue struct {
 	bound time.Duration
 	size  int
 	log   *slog.Logger
+	// inline: SinkInline, called on the execution's goroutine (callInline).
+	inline bool
 	// wake tells a parked worker that events are queued.
 	wake chan struct{}
 	// audit is the strict audit sink's writer; nil for an event sink.
@@ -108,6 +110,10 @@ func newSinkQueue(name string, call func(context.Context, Event) error, bound ti
 // enqueue hands ev to the sink without blocking: a full queue drops it,
 // counted and warned about.
 func (s *sinkQueue) enqueue(it queued) bool {
+	if s.inline {
+		s.callInline(it)
+		return true
+	}
 	s.mu.Lock()
 	if s.audit != nil {
 		// An execution the strict audit sink stopped recording: its
@@ -440,8 +446,9 @@ func (e *Engine) Stats() Stats {
 }
 
 // NewSlogSink returns a sink that logs each event on logger (slog.Default()
-// when nil): final failures at Warn, everything else at Info. Only the
-// fields an event uses are logged.
+// when nil): final failures, abandoned results and deadline overruns at
+// Warn, everything else at Info. Only the fields an event uses are logged
+// (a deadline overrun's Duration as "overrun").
 func NewSlogSink(logger *slog.Logger) EventSink {
 	if logger == nil {
 		logger = slog.Default()
@@ -453,7 +460,7 @@ type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	level := slog.LevelInfo
-	if e.Type == EventFailed || e.Type == EventAbandonedResult {
+	if e.Type == EventFailed || e.Type == EventAbandonedResult || e.Type == EventDeadlineOverrun {
 		level = slog.LevelWarn
 	}
 	if !s.l.Enabled(ctx, level) {
@@ -477,7 +484,11 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.PreviousErrorCode != CodeOK, slog.String("previous_error_code", e.PreviousErrorCode.String()))
 	add(e.Code != CodeOK, slog.String("code", e.Code.String()))
 	add(e.Code != CodeOK, slog.Bool("retryable", e.Retryable))
-	add(e.Type.Final() || e.Duration > 0, slog.Duration("duration", e.Duration))
+	duration := "duration"
+	if e.Type == EventDeadlineOverrun {
+		duration = "overrun"
+	}
+	add(e.Type.Final() || e.Duration > 0, slog.Duration(duration, e.Duration))
 	add(e.ApprovalID != "", slog.String("approval_id", e.ApprovalID))
 	add(e.Approver.ID != "", slog.String("approver", e.Approver.ID))
 	add(e.Comment != "", slog.String("comment", e.Comment))
