@@ -26,6 +26,9 @@ run go test -run '^$' -bench '^(BenchmarkConnectUnary|BenchmarkGRPCUnary|Benchma
 	-benchtime 10000x -count "$count" . >"$out/rpc.txt"
 # The load curve: Connect bare vs governed at 1, 8, 64 and 256 callers.
 run go test -run '^$' -bench '^BenchmarkConnectLoad$' -benchtime 3000x -count "$count" . >"$out/load.txt"
+# Strict audit under load: 64 callers against a sink that takes 5 ms a
+# write, group commit (BatchAuditSink) vs one record a write.
+run go test -run '^$' -bench '^BenchmarkStrictAudit$' -benchtime 3000x -count "$count" . >"$out/audit.txt"
 # 10,000 executions, 10,000 abandoned attempts, heap per in-flight call.
 run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
 # Approval consumption on real Redis.
@@ -57,6 +60,8 @@ run env AGENTSAFE_REQUIRE_REDIS=1 go test -run '^$' -bench '^BenchmarkReserve$' 
 	benchstat -col '/impl@(script reserve)' -filter '.name:Reserve' "$out/budgets.txt"
 	echo '## Load curve'
 	benchstat -col '/server@(bare agentsafe)' "$out/load.txt"
+	echo '## Strict audit under load'
+	benchstat -col '/sink@(record batch)' "$out/audit.txt"
 } >"$out/benchstat.txt" 2>&1
 # Every ratio against its goal: medians of the runs, wall time (ns/op)
 # and the process's CPU time (cpu-ns/op).
@@ -87,4 +92,4 @@ ratios() {
 	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=64/impl=reserve BenchmarkReserve/c=64/impl=script 'Redis Reserve / window script, c=64, ops/s' '>=0.8'
 } >"$out/ratios.md"
 run go run ./cmd/loadplot "$out/load.txt" load.svg >"$out/load.md"
-echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/scale.txt, $out/redis.txt, load.svg" >&2
+echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/scale.txt, $out/redis.txt, load.svg" >&2

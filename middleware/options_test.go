@@ -215,7 +215,7 @@ func TestOutOfRangeOptionValuesNeverBecomeValidOnes(t *testing.T) {
 // field added to the message without being read fails here.
 func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 	for msg, n := range map[protoreflect.MessageDescriptor]int{
-		(&agentsafev1.Capability{}).ProtoReflect().Descriptor(): 11,
+		(&agentsafev1.Capability{}).ProtoReflect().Descriptor(): 12,
 		(&agentsafev1.Retry{}).ProtoReflect().Descriptor():      2,
 		(&agentsafev1.Approval{}).ProtoReflect().Descriptor():   4,
 		(&agentsafev1.Budget{}).ProtoReflect().Descriptor():     6,
@@ -235,6 +235,7 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		ToolName:    "charge_card",
 		Exposure:    []agentsafev1.Surface{agentsafev1.Surface_SURFACE_RPC, agentsafev1.Surface_SURFACE_MCP},
 		Dedup:       durationpb.New(5 * time.Minute),
+		Inline:      true,
 		Budgets: []*agentsafev1.Budget{
 			{Name: "refunds", Limit: 2000, Window: durationpb.New(24 * time.Hour), Per: agentsafev1.BudgetPer_BUDGET_PER_PERSON,
 				Amount: "amount", Over: agentsafev1.BudgetOver_BUDGET_OVER_REQUIRE_APPROVAL},
@@ -277,6 +278,7 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		Timeout: 7 * time.Second, Retry: middleware.Retry{MaxRetries: 3, Backoff: 40 * time.Millisecond},
 		Approval: middleware.Approval{Required: true, Type: "finance", ExpiresIn: time.Hour, Quorum: 2},
 		ToolName: "charge_card", Exposure: []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceMCP}, Dedup: 5 * time.Minute,
+		Inline: true,
 		Budgets: []middleware.Budget{
 			{Name: "refunds", Limit: 2000, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "amount", Over: middleware.OverRequireApproval},
 			{Name: "calls", Limit: 20, Window: time.Minute, Per: middleware.PerTenant, Over: middleware.OverDeny},

@@ -21,7 +21,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
 				{Name: "refunds", Limit: 200000, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "/amountCents", Over: middleware.OverRequireApproval},
 				{Name: "calls", Limit: 20, Window: time.Minute, Per: middleware.PerActor},
 			}}).
-		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get"})
+		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get", Inline: true})
 	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
 		middleware.WithApprovalStore(approvalstore.NewMemory()), middleware.WithResultStore(resultstore.NewMemory()),
 		middleware.WithResultKey(middleware.ResultKey{ID: "k", Key: bytes.Repeat([]byte{7}, 32)}), middleware.WithBudgetStore(budgetstore.NewMemory()),
@@ -50,6 +50,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
       "risk": "low",
       "idempotent": false,
       "streaming": false,
+      "inline": true,
       "timeout": "2s",
       "retry": {
         "maxRetries": 0,
@@ -76,6 +77,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
       "risk": "high",
       "idempotent": true,
       "streaming": false,
+      "inline": false,
       "timeout": "30s",
       "retry": {
         "maxRetries": 1,

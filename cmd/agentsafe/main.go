@@ -15,10 +15,11 @@
 // The registry file is JSON in the inventory's own form (an inventory is a
 // valid registry file): {"policies": [names], "capabilities":
 // [{"procedure": "/pkg.Service/Method" or a net/http route name,
-// "sideEffect", "risk", "idempotent", "streaming", "timeout", "retry":
-// {"maxRetries", "backoff"}, "approval": {"required", "type", "quorum",
-// "expiresIn"}, "exposure", "dedup", "budgets": [{"name", "limit",
-// "window", "per", "amount", "over"}], "toolName", "description"}]}. Only
+// "sideEffect", "risk", "idempotent", "streaming", "inline", "timeout",
+// "retry": {"maxRetries", "backoff"}, "approval": {"required", "type",
+// "quorum", "expiresIn"}, "exposure", "dedup", "budgets": [{"name",
+// "limit", "window", "per", "amount", "over"}], "toolName",
+// "description"}]}. Only
 // "procedure" and "sideEffect" are required; durations are Go durations.
 // "policies" names the policies the application installs with
 // middleware.WithPolicy (and "approval-condition" for
@@ -35,8 +36,9 @@
 //     down, it looks safer to agents' clients and loses write-like
 //     handling); idempotent turned on; a lower risk; a removed approval, a
 //     lower quorum, a changed approval type, a longer approval expiry; an
-//     added or larger retry, a shorter backoff; a longer timeout; a new
-//     exposure; a dedup window shortened or turned off; a removed policy;
+//     added or larger retry, a shorter backoff; a longer timeout; inline
+//     turned on (the handler, not the engine, then bounds how long a call
+//     is held); a new exposure; a dedup window shortened or turned off; a removed policy;
 //     a budget removed, raised, keyed finer (audience → tenant → person →
 //     actor: each key gets the whole limit), given a shorter window,
 //     escalating to an approval where it denied, or reading its amount
