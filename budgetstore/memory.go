@@ -27,12 +27,16 @@ type Memory struct {
 
 var _ store.BudgetStore = (*Memory)(nil)
 
-// ledger is one budget key's reservations, oldest first, and their sum.
-// A released reservation stays in the queue, marked, until it ages out;
-// held finds the live ones by execution, by their sequence number (the
-// queue's first is base): no pointer per reservation for the collector.
+// ledger is one budget key's reservations, oldest first, in a ring, and
+// their sum. A released reservation stays in the ring, marked, until it
+// ages out; held finds the live ones by execution, by their sequence
+// number (the oldest's is base): no pointer per reservation for the
+// collector, and no allocation per reservation once the ring is as large
+// as a window's worth.
 type ledger struct {
-	queue []reservation
+	ring  []reservation // its length a power of two
+	head  int           // where the oldest is
+	n     int           // how many the ring holds
 	base  int64
 	held  map[string]int64
 	total int64
@@ -60,23 +64,39 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	return &Memory{cfg: cfg, keys: make(map[string]*ledger)}
 }
 
+// at returns the ith reservation from the oldest.
+func (l *ledger) at(i int) *reservation { return &l.ring[(l.head+i)&(len(l.ring)-1)] }
+
+// push adds r as the newest, doubling the ring when it is full.
+func (l *ledger) push(r reservation) {
+	if l.n == len(l.ring) {
+		grown := make([]reservation, max(8, 2*len(l.ring)))
+		for i := range l.n {
+			grown[i] = *l.at(i)
+		}
+		l.ring, l.head = grown, 0
+	}
+	*l.at(l.n) = r
+	l.n++
+}
+
 // trim drops the reservations that stopped counting at now, by window:
-// those at or before now - window.
+// those at or before now - window. A dropped slot is not cleared: the next
+// push overwrites it.
 func (l *ledger) trim(now time.Time, window time.Duration) {
 	edge := now.Add(-window)
-	n := 0
-	for n < len(l.queue) && !l.queue[n].at.After(edge) {
-		if r := &l.queue[n]; !r.released {
+	for l.n > 0 {
+		r := l.at(0)
+		if r.at.After(edge) {
+			return
+		}
+		if !r.released {
 			l.total -= r.amount
 			delete(l.held, r.execution)
 		}
-		n++
-	}
-	if n > 0 {
-		// The dropped prefix is not cleared: append reallocates the queue
-		// well before it holds more than twice the live reservations.
-		l.queue = l.queue[n:]
-		l.base += int64(n)
+		l.head = (l.head + 1) & (len(l.ring) - 1)
+		l.n--
+		l.base++
 	}
 }
 
@@ -86,13 +106,13 @@ func (l *ledger) find(execution string) *reservation {
 	if !ok {
 		return nil
 	}
-	return &l.queue[seq-l.base]
+	return l.at(int(seq - l.base))
 }
 
 // live iterates the reservations not released, oldest first.
 func (l *ledger) live(yield func(*reservation) bool) {
-	for i := range l.queue {
-		if r := &l.queue[i]; !r.released && !yield(r) {
+	for i := range l.n {
+		if r := l.at(i); !r.released && !yield(r) {
 			return
 		}
 	}
@@ -130,8 +150,8 @@ func (m *Memory) Reserve(_ context.Context, req store.BudgetRequest) (store.Budg
 		return store.BudgetReservation{Spent: l.total,
 			RetryAfter: store.BudgetRetryAfter(now, ends, amounts, l.total, req.Amount, req.Limit)}, nil
 	}
-	l.held[req.ExecutionID] = l.base + int64(len(l.queue))
-	l.queue = append(l.queue, reservation{execution: req.ExecutionID, amount: req.Amount, at: now, overdraft: over})
+	l.held[req.ExecutionID] = l.base + int64(l.n)
+	l.push(reservation{execution: req.ExecutionID, amount: req.Amount, at: now, overdraft: over})
 	l.total += req.Amount
 	l.end = now.Add(req.Window)
 	return store.BudgetReservation{Reserved: true, Overdraft: over, Spent: l.total}, nil

@@ -1,6 +1,9 @@
 package budgetstore_test
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/testenv"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
@@ -39,4 +43,58 @@ func TestMemoryConformance(t *testing.T) {
 		c := newFakeClock()
 		return conformance.BudgetStoreUnderTest{Store: budgetstore.NewMemory(budgetstore.WithClock(c.Now)), Advance: c.Advance}
 	})
+}
+
+// TestMemoryMatchesAModel drives the memory store through two thousand
+// random reservations, releases and clock moves (the ring it keeps them in
+// grows and wraps around) and checks every answer against a plain list.
+func TestMemoryMatchesAModel(t *testing.T) {
+	c := newFakeClock()
+	m := budgetstore.NewMemory(budgetstore.WithClock(c.Now))
+	const key, limit, window = "bgt_00000000000000000000000000000001", 500, time.Minute
+	type res struct {
+		exe    string
+		amount int64
+		at     time.Time
+	}
+	var model []res
+	spent := func() (s int64) {
+		for _, r := range model {
+			if c.Now().Before(r.at.Add(window)) {
+				s += r.amount
+			}
+		}
+		return s
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		switch op := rng.IntN(10); {
+		case op < 6:
+			exe, amount := fmt.Sprintf("exe_%d", i), rng.Int64N(20)
+			before := spent()
+			got, err := m.Reserve(t.Context(), store.BudgetRequest{Key: key, ExecutionID: exe, Amount: amount, Limit: limit, Window: window})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fits := before+amount <= limit; got.Reserved != fits {
+				t.Fatalf("step %d: reserve %d on %d spent: %+v", i, amount, before, got)
+			}
+			if got.Reserved {
+				model = append(model, res{exe, amount, c.Now()})
+			}
+		case op < 8 && len(model) > 0:
+			j := rng.IntN(len(model))
+			r := model[j]
+			if err := m.Release(t.Context(), store.BudgetRequest{Key: key, ExecutionID: r.exe, Amount: r.amount}); err != nil {
+				t.Fatal(err)
+			}
+			model = slices.Delete(model, j, j+1)
+		default:
+			c.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		}
+		u, err := m.Read(t.Context(), key, window)
+		if err != nil || u.Spent != spent() {
+			t.Fatalf("step %d: Read %+v (%v), want %d spent", i, u, err, spent())
+		}
+	}
 }
