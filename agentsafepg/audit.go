@@ -124,19 +124,24 @@ func (s *AuditSink) Close(context.Context) error {
 // column, NULL for what an event type does not use.
 const insertSQL = `INSERT INTO agentsafe.audit_events (type, at, execution_id, procedure, actor_id, actor_tenant, input_digest,
 	side_effect, risk, attempt, attempts, previous_error_code, code, retryable, duration,
-	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, altered)
+	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, altered,
+	budget, budget_amount, budget_spent, budget_limit, retry_after)
 SELECT e.type, e.at, e.execution_id, e.procedure, nullif(e.actor_id, ''), nullif(e.actor_tenant, ''), nullif(e.input_digest, ''),
 	nullif(e.side_effect, ''), nullif(e.risk, ''), nullif(e.attempt, 0), nullif(e.attempts, 0), nullif(e.previous_error_code, ''),
 	nullif(e.code, ''), CASE WHEN e.code <> '' THEN e.retryable END, nullif(e.duration, '0'),
 	nullif(e.approval_id, ''), nullif(e.approver_id, ''), nullif(e.approver_tenant, ''), nullif(e.comment, ''), nullif(e.reason, ''),
 	CASE WHEN e.type = 'capability.abandoned_result' THEN e.succeeded END, nullif(e.error, ''), nullif(e.stack, ''), nullif(e.replay_of, ''),
-	string_to_array(nullif(e.altered, ''), ',')
+	string_to_array(nullif(e.altered, ''), ','),
+	nullif(e.budget, ''), CASE WHEN e.budget <> '' THEN e.budget_amount END, CASE WHEN e.budget <> '' THEN e.budget_spent END,
+	CASE WHEN e.budget <> '' THEN e.budget_limit END, nullif(e.retry_after, '0')
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 	$8::text[], $9::text[], $10::int[], $11::int[], $12::text[], $13::text[], $14::bool[], $15::interval[],
-	$16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::bool[], $22::text[], $23::text[], $24::text[], $25::text[])
+	$16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::bool[], $22::text[], $23::text[], $24::text[], $25::text[],
+	$26::text[], $27::bigint[], $28::bigint[], $29::bigint[], $30::interval[])
 	WITH ORDINALITY AS e(type, at, execution_id, procedure, actor_id, actor_tenant, input_digest,
 	side_effect, risk, attempt, attempts, previous_error_code, code, retryable, duration,
-	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, altered, n)
+	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, altered,
+	budget, budget_amount, budget_spent, budget_limit, retry_after, n)
 ORDER BY e.n`
 
 // The range of PostgreSQL's timestamptz: 4713 BC to 294276 AD.
@@ -158,6 +163,9 @@ func (s *AuditSink) insert(ctx context.Context, events []middleware.Event) error
 		attempt, attempts                                  = make([]int32, n), make([]int32, n)
 		retryable, succeeded                               = make([]bool, n), make([]bool, n)
 		durations                                          = make([]time.Duration, n)
+		budgets                                            = make([]string, n)
+		amounts, spents, limits                            = make([]int64, n), make([]int64, n), make([]int64, n)
+		retryAfters                                        = make([]time.Duration, n)
 	)
 	for i, e := range events {
 		var m storable.Marks
@@ -191,11 +199,13 @@ func (s *AuditSink) insert(ctx context.Context, events []middleware.Event) error
 		comments[i], reasons[i] = text("comment", e.Comment), text("reason", e.Reason)
 		succeeded[i], errs[i], replayOf[i] = e.Succeeded, text("error", e.Error), id("replay_of", e.ReplayOf)
 		stacks[i] = m.Text("stack", e.Stack, storable.StackMax)
+		budgets[i], amounts[i], spents[i], limits[i], retryAfters[i] = id("budget", e.Budget), e.Amount, e.Spent, e.Limit, e.RetryAfter
 		altered[i] = m.String()
 	}
 	_, err := s.pool.Exec(ctx, insertSQL, types, ats, ids, procs, actorIDs, actorTenants, digests,
 		sideEffects, risks, attempt, attempts, prevCodes, codes, retryable, durations,
-		approvals, approverIDs, approverTenants, comments, reasons, succeeded, errs, stacks, replayOf, altered)
+		approvals, approverIDs, approverTenants, comments, reasons, succeeded, errs, stacks, replayOf, altered,
+		budgets, amounts, spents, limits, retryAfters)
 	return err
 }
 

@@ -132,3 +132,31 @@ func TestBudgetWindowRollsByTheDatabaseClock(t *testing.T) {
 	}
 	budgetrace.StoreClock(t, stores, skew.Advance)
 }
+
+// TestAuditSinkStoresWhatABudgetDecided: the budget fields of started and
+// budget_exceeded are columns of the trail; other events leave them NULL.
+func TestAuditSinkStoresWhatABudgetDecided(t *testing.T) {
+	ctx := t.Context()
+	pool := migrated(t)
+	sink := openAudit(t, pool)
+	exceeded := event(middleware.EventBudgetExceeded, "exe_over")
+	exceeded.Budget, exceeded.Amount, exceeded.Spent, exceeded.Limit, exceeded.RetryAfter = "refunds", 45000, 180000, 200000, 90*time.Minute
+	if err := sink.RecordBatch(ctx, []middleware.Event{exceeded, event(middleware.EventCompleted, "exe_over")}); err != nil {
+		t.Fatal(err)
+	}
+	var budget *string
+	var amount, spent, limit *int64
+	var retryAfter *time.Duration
+	for typ, want := range map[middleware.EventType]bool{middleware.EventBudgetExceeded: true, middleware.EventCompleted: false} {
+		if err := pool.QueryRow(ctx, `SELECT budget, budget_amount, budget_spent, budget_limit, retry_after FROM agentsafe.audit_events
+			WHERE execution_id = 'exe_over' AND type = $1`, string(typ)).Scan(&budget, &amount, &spent, &limit, &retryAfter); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case want && (budget == nil || *budget != "refunds" || *amount != 45000 || *spent != 180000 || *limit != 200000 || *retryAfter != 90*time.Minute):
+			t.Errorf("%s: stored %v %v %v %v %v", typ, budget, amount, spent, limit, retryAfter)
+		case !want && (budget != nil || amount != nil || retryAfter != nil):
+			t.Errorf("%s: an event without a budget stored one: %v %v %v", typ, budget, amount, retryAfter)
+		}
+	}
+}

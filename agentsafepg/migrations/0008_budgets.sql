@@ -102,4 +102,14 @@ BEGIN
 END
 $$;
 
+-- The audit trail keeps what a budget decided: on capability.started and
+-- capability.budget_exceeded, the budget, the call's amount, what the
+-- window held and the limit; on a refusal, when enough of it frees.
+ALTER TABLE agentsafe.audit_events
+	ADD COLUMN IF NOT EXISTS budget text,
+	ADD COLUMN IF NOT EXISTS budget_amount bigint,
+	ADD COLUMN IF NOT EXISTS budget_spent bigint,
+	ADD COLUMN IF NOT EXISTS budget_limit bigint,
+	ADD COLUMN IF NOT EXISTS retry_after interval;
+
 INSERT INTO agentsafe.schema_migrations (version, name) VALUES (8, 'budgets') ON CONFLICT (version) DO NOTHING;
