@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,6 +218,7 @@ func TestBudgetTargets(t *testing.T) {
 	const rounds = 9
 	var times, cpus [4][]float64 // in process: none, budget; Connect: none, budget
 	var rates [2][2][]float64    // c=1, c=64 × reserve, script (ops/s)
+	var server [2][]float64      // Redis's own µs per script run: reserve, script
 	loops := [4]func(b *testing.B){
 		func(b *testing.B) { sendLoop(b, none) }, func(b *testing.B) { sendLoop(b, budget) },
 		func(b *testing.B) { readLoop(b, wireNone) }, func(b *testing.B) { readLoop(b, wireBudget) },
@@ -234,11 +236,15 @@ func TestBudgetTargets(t *testing.T) {
 			ops := [2]func(int) error{reserveOp(ctx, s), windowOp(ctx, rdb)}
 			for j := range 2 {
 				j = (j + round) % 2
+				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
 				rate, err := claims(ctx, n, c, ops[j])
 				if err != nil {
 					t.Fatal(err)
 				}
 				rates[k][j] = append(rates[k][j], rate)
+				server[j] = append(server[j], scriptMicros(t, rdb))
 			}
 		}
 		if err := rdb.FlushAll(ctx).Err(); err != nil {
@@ -255,4 +261,26 @@ func TestBudgetTargets(t *testing.T) {
 		re, sc := med(rates[k][0]), med(rates[k][1])
 		t.Logf("c=%-2d Redis Reserve %6.0f ops/s, go-redis window script %6.0f ops/s: Reserve / script = %.2f (target ≥ 0.8)", c, re, sc, re/sc)
 	}
+	t.Logf("Redis's own time per script (INFO commandstats): Reserve %.1f µs, window script %.1f µs: script / Reserve = %.2f",
+		med(server[0]), med(server[1]), med(server[1])/med(server[0]))
+}
+
+// scriptMicros is Redis's own time per EVALSHA since the last CONFIG
+// RESETSTAT, from INFO commandstats.
+func scriptMicros(t *testing.T, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for field := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+				if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					return f
+				}
+			}
+		}
+	}
+	return 0
 }
