@@ -151,10 +151,19 @@ func (s *sinkQueue) sync(ctx, caller context.Context, ev Event) error {
 // writes ahead of it would take too long at the sink's recent pace: more
 // than half the bound for a call's first record (capability.requested),
 // the bound for its start, so that a call taken in is seldom refused
-// halfway; s.mu is held.
+// halfway. A record that would wait behind no write is never refused by
+// the pace; s.mu is held.
 func (s *sinkQueue) admit(ev Event) error {
 	if s.n >= s.size {
 		return errAuditFull
+	}
+	if !s.inCall && s.n == s.retained {
+		// Nothing is being written and nothing waits but what a failure
+		// kept: the record goes with the next write, at once. Refusing it
+		// by the pace of writes long past would refuse every call for
+		// ever after one slow write, since only a write learns the pace
+		// again.
+		return nil
 	}
 	// The pace: the recent writes', or the write in progress if it has
 	// taken longer (a sink that slowed down, or its first write).

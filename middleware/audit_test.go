@@ -494,3 +494,57 @@ func TestAQueueThatFallsBehindRefusesAtOnce(t *testing.T) {
 		t.Logf("%d completed, %d refused at once, %d writes", completed.Load(), refusedAtOnce.Load(), writes)
 	})
 }
+
+// slowFirstSink is a batchSink whose first write takes first, and every
+// later one no time: a cold connection, say, or a sink that was slow for a
+// while and recovered.
+type slowFirstSink struct {
+	batchSink
+	first time.Duration
+	once  sync.Once
+}
+
+func (s *slowFirstSink) Record(ctx context.Context, e middleware.Event) error {
+	return s.RecordBatch(ctx, []middleware.Event{e})
+}
+
+func (s *slowFirstSink) RecordBatch(ctx context.Context, events []middleware.Event) error {
+	s.once.Do(func() { time.Sleep(s.first) })
+	return s.batchSink.RecordBatch(ctx, events)
+}
+
+// A sink that was slow once, and fast since, is not refused for ever: the
+// pace that refuses calls at once is that of the records waiting, and a
+// record that would wait behind none is taken, so that the sink's pace is
+// learned again. (A pace learned from one slow write, with nothing written
+// since, refused every later call without asking the sink.)
+func TestASinkThatWasSlowOnceIsNotRefusedForEver(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
+				sink := &slowFirstSink{first: 900 * time.Millisecond}
+				var audit middleware.AuditSink = slowFirstRecordSink{sink}
+				if batch {
+					audit = sink
+				}
+				eng := auditEngine(t, audit)
+				_, env, err := execute(eng, caller("agent-1"), call{Procedure: procWrite}, noop)
+				wantCode(t, env, err, middleware.CodeOK)
+				synctest.Wait()
+				for i := range 5 {
+					time.Sleep(time.Second) // the sink is idle, and fast again
+					if _, _, err := execute(eng, caller("agent-1"), call{Procedure: procWrite}, noop); err != nil {
+						t.Fatalf("call %d after the slow write, with the sink idle: %s (%v); want it recorded and run", i+2, middleware.CodeOf(err), err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// slowFirstRecordSink is slowFirstSink without RecordBatch.
+type slowFirstRecordSink struct{ s *slowFirstSink }
+
+func (r slowFirstRecordSink) Record(ctx context.Context, e middleware.Event) error {
+	return r.s.Record(ctx, e)
+}
