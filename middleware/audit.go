@@ -58,8 +58,9 @@ func (e *BatchError) Unwrap() error { return e.Err }
 //     executions run nothing) and, for a BatchAuditSink, keeps its other
 //     records, in order, at the front of the queue, written with the next
 //     record that comes: so the trail of the calls that ran survives an
-//     outage. An AuditSink, written one record at a time, would hold every
-//     record behind the one kept; its failed records are dropped, counted;
+//     outage. An AuditSink without RecordBatch is handed the records kept
+//     and the next one a record at a time, in order, and none after the
+//     first that fails;
 //   - an execution that stopped waiting (its bound passed) is never
 //     written as if it ran: its record is left out of every write from
 //     then on;
@@ -294,7 +295,7 @@ func (a *auditWriter) commit(s *sinkQueue, gen uint64, items []queued) bool {
 					err = errAuditTimeout
 				}
 				it.answer(err)
-			case alive && a.max > 1:
+			case alive:
 				retain = append(retain, it)
 			default:
 				refused++ // abandoned with the worker
@@ -317,6 +318,14 @@ func (a *auditWriter) commit(s *sinkQueue, gen uint64, items []queued) bool {
 // what a record's content failed. It reports false when the worker was
 // abandoned.
 func (b *auditBatch) write(a *auditWriter, pos []int) bool {
+	if a.max == 1 && len(pos) > 1 { // records kept after a failure, and the next: one write each
+		for _, p := range pos {
+			if !b.write(a, []int{p}) {
+				return false
+			}
+		}
+		return true
+	}
 	s := b.s
 	s.mu.Lock()
 	if s.gen != b.gen {

@@ -230,8 +230,15 @@ func TestABatchFailureIsolatesItsBadRecord(t *testing.T) {
 // A transient failure (the sink unreachable) keeps the batch whole: the
 // calls waiting for it fail and run nothing, and the records of the
 // calls that ran are written once the sink is back, in order, with the
-// next record that comes; nothing is dropped.
+// next record that comes; nothing is dropped. So for a sink without
+// RecordBatch, which is written one record at a time.
 func TestATransientAuditFailureKeepsTheBatchWhole(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) { transientAuditFailure(t, batch) })
+	}
+}
+
+func transientAuditFailure(t *testing.T, batch bool) {
 	inBubble(t, func(t *testing.T) {
 		var down atomic.Bool
 		sink := &batchSink{refuse: func([]middleware.Event) error {
@@ -240,7 +247,11 @@ func TestATransientAuditFailureKeepsTheBatchWhole(t *testing.T) {
 			}
 			return nil
 		}}
-		eng := auditEngine(t, sink)
+		var audit middleware.AuditSink = sink
+		if !batch {
+			audit = recordSink{sink} // one record a write
+		}
+		eng := auditEngine(t, audit)
 		release := make(chan struct{})
 		var ran atomic.Int32
 		var running sync.WaitGroup
