@@ -58,9 +58,10 @@ func (e *BatchError) Unwrap() error { return e.Err }
 //     executions run nothing) and, for a BatchAuditSink, keeps its other
 //     records, in order, at the front of the queue, written with the next
 //     record that comes: so the trail of the calls that ran survives an
-//     outage. An AuditSink without RecordBatch is handed the records kept
-//     and the next one a record at a time, in order, and none after the
-//     first that fails;
+//     outage. If no record comes, they are tried again on their own, 1,
+//     2, 4, ... 32 seconds after the worker left. An AuditSink without
+//     RecordBatch is handed the records kept and the next one a record at
+//     a time, in order, and none after the first that fails;
 //   - an execution that stopped waiting (its bound passed) is never
 //     written as if it ran: its record is left out of every write from
 //     then on;

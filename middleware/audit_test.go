@@ -559,3 +559,59 @@ type slowFirstRecordSink struct{ s *slowFirstSink }
 func (r slowFirstRecordSink) Record(ctx context.Context, e middleware.Event) error {
 	return r.s.Record(ctx, e)
 }
+
+// Records kept through an outage are written once the sink is back even
+// if no call comes after it: the engine tries them again, less and less
+// often, for about a minute, and after that with the next record that
+// comes.
+func TestKeptRecordsAreWrittenOnceTheSinkIsBackWithoutAnotherCall(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
+				var down atomic.Bool
+				sink := &storeSink{down: &down}
+				var audit middleware.AuditSink = sink
+				if !batch {
+					audit = plainStoreSink{sink}
+				}
+				eng := auditEngine(t, audit)
+				release := make(chan struct{})
+				var running sync.WaitGroup
+				var env middleware.Envelope
+				running.Go(func() {
+					_, env, _ = execute(eng, caller("agent-1"), call{Procedure: procWrite}, func(context.Context) (any, error) { <-release; return nil, nil })
+				})
+				synctest.Wait()
+				down.Store(true)
+				close(release)
+				running.Wait()
+				synctest.Wait() // its completed record failed, and is kept
+				time.Sleep(5 * time.Second)
+				down.Store(false) // back; no call comes
+				time.Sleep(10 * time.Second)
+				synctest.Wait()
+				sink.mu.Lock()
+				var trail []middleware.EventType
+				for _, e := range sink.stored {
+					if e.ExecutionID == env.ExecutionID {
+						trail = append(trail, e.Type)
+					}
+				}
+				sink.mu.Unlock()
+				if want := []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted}; !slices.Equal(trail, want) {
+					t.Errorf("stored %v of the call that ran through the outage, 10s after the sink is back; want %v", trail, want)
+				}
+				if st := auditStats(eng); st.Dropped != 0 {
+					t.Errorf("audit sink %+v: nothing may be dropped", st)
+				}
+			})
+		})
+	}
+}
+
+// plainStoreSink is storeSink without RecordBatch.
+type plainStoreSink struct{ s *storeSink }
+
+func (p plainStoreSink) Record(ctx context.Context, e middleware.Event) error {
+	return p.s.Record(ctx, e)
+}

@@ -211,7 +211,8 @@ type AuditSink interface {
 // fails (or, for a record nobody waits for, it is counted as dropped in
 // [Engine.Stats]). A transient failure fails the calls waiting for that
 // write; the other records are kept and written with the next record
-// that comes, once the sink is back. A record whose call stopped waiting (the
+// that comes, or, when none comes, tried again on their own for about a
+// minute (after 1, 2, 4, ... 32 seconds). A record whose call stopped waiting (the
 // timeout passed, or the caller's context ended: CANCELLED) is never
 // written. When the records waiting would take more than half the timeout
 // to write at the sink's recent pace, a new call is refused
