@@ -106,3 +106,18 @@ func (w *writer) canonical(c *canonicalizer) error {
 func (w *writer) sum() string {
 	return "sha256:" + hex.EncodeToString(w.h.Sum(nil))
 }
+
+// previewTag starts the pre-image of a preview digest, so that it can
+// never equal an input digest. Fixed forever, as domainTag is.
+const previewTag = "agentsafe.v1.preview-digest"
+
+// Preview returns the digest that binds an approval to the state a
+// capability's preview was computed from: "sha256:" and the lowercase hex
+// SHA-256 of two fields laid out as in the input digest's pre-image:
+// "agentsafe.v1.preview-digest" and state (nil and empty are the same).
+func Preview(state []byte) string {
+	w := &writer{h: sha256.New()}
+	w.str(previewTag)
+	w.bytes(state)
+	return w.sum()
+}
