@@ -63,6 +63,14 @@ const (
 	// CodePolicyUnavailable: a policy errored or panicked; nothing ran.
 	// Retryable.
 	CodePolicyUnavailable
+	// CodeApprovalStale: the capability's preview of the effect, computed
+	// again at resume, differs from the one approved (the state changed);
+	// nothing ran and nothing was consumed.
+	CodeApprovalStale
+	// CodePreviewUnavailable: the capability's preview function failed;
+	// nothing was requested or ran. Retryable, unless the preview was
+	// oversize (an application bug).
+	CodePreviewUnavailable
 	numCodes
 )
 
@@ -91,6 +99,8 @@ var codeNames = [numCodes]string{
 	CodeIdempotencyUnavailable: "IDEMPOTENCY_UNAVAILABLE",
 	CodePolicyDenied:           "POLICY_DENIED",
 	CodePolicyUnavailable:      "POLICY_UNAVAILABLE",
+	CodeApprovalStale:          "APPROVAL_STALE",
+	CodePreviewUnavailable:     "PREVIEW_UNAVAILABLE",
 }
 
 // String returns the code's wire name, for example "TIMEOUT".
@@ -116,7 +126,7 @@ func parseCode(s string) (Code, bool) {
 func (c Code) retryable() bool {
 	switch c {
 	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable, CodeAuditUnavailable,
-		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable:
+		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable, CodePreviewUnavailable:
 		return true
 	}
 	return false

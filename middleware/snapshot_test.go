@@ -61,6 +61,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
         "http"
       ],
       "dedup": "1m0s",
+      "preview": false,
       "toolName": "get",
       "description": ""
     },
@@ -86,6 +87,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
         "mcp"
       ],
       "dedup": "0s",
+      "preview": false,
       "toolName": "",
       "description": "Refund <an> order & more"
     }

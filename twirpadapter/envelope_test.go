@@ -121,6 +121,8 @@ func TestCodesOnTheWire(t *testing.T) {
 		middleware.CodeIdempotencyUnavailable: twirp.Unavailable,
 		middleware.CodePolicyDenied:           twirp.PermissionDenied,
 		middleware.CodePolicyUnavailable:      twirp.Unavailable,
+		middleware.CodeApprovalStale:          twirp.FailedPrecondition,
+		middleware.CodePreviewUnavailable:     twirp.Unavailable,
 	}
 	for c := middleware.CodeOK + 1; !strings.HasPrefix(c.String(), "Code("); c++ {
 		if _, ok := want[c]; !ok {
