@@ -101,6 +101,11 @@ function render(a) {
 function tally(card, a) {
   const t = $(".tally", card);
   if (!t) return;
+  // Votes only ever grow: a poll that was answered before a decision made
+  // on this page must not take its votes back.
+  const n = (a.votes || []).length;
+  if (card.dataset.votes && n < Number(card.dataset.votes)) return;
+  card.dataset.votes = String(n);
   const yes = (a.votes || []).filter((v) => v.approve).length;
   t.textContent = yes + " of " + (a.quorum || 1) + " approvals";
   const list = $(".votes", card);
