@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -133,6 +134,9 @@ func (x *execution) runPreview() *Error {
 		}()
 		r.p, r.err = f(ctx, PreviewInput{Actor: x.actor, Procedure: x.proc, Input: input})
 	}()
+	// Let the preview run on this thread first: a quick one then returns
+	// before this goroutine parks (as execution.await does for attempts).
+	runtime.Gosched()
 	var r previewResult
 	select {
 	case r = <-done:
