@@ -498,3 +498,38 @@ func TestTheSnapshotRecordsAPreview(t *testing.T) {
 		t.Errorf("a capability without a preview says so:\n%s", b.String())
 	}
 }
+
+// TestAStaleOrFailedPreviewReleasesTheCallersKey: APPROVAL_STALE and
+// PREVIEW_UNAVAILABLE store nothing (SPEC §11): a repeat with the same
+// Idempotency-Key is judged afresh, never replayed.
+func TestAStaleOrFailedPreviewReleasesTheCallersKey(t *testing.T) {
+	o := &order{version: 1}
+	var broken atomic.Bool
+	c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second, Approval: middleware.Approval{Required: true},
+		Preview: func(ctx context.Context, in middleware.PreviewInput) (middleware.Preview, error) {
+			if broken.Load() {
+				return middleware.Preview{Text: strings.Repeat("x", 5<<10)}, nil // not retryable, and still not stored
+			}
+			return o.preview(ctx, in)
+		}}
+	r := oneResult(t, c, middleware.WithApprovalStore(approvalstore.NewMemory()))
+	broken.Store(true)
+	_, env, err := r.call(t.Context(), keyedCall{key: "k"}, o.write)
+	wantCode(t, env, err, middleware.CodePreviewUnavailable)
+	broken.Store(false)
+	_, env, err = r.call(t.Context(), keyedCall{key: "k"}, o.write)
+	wantCode(t, env, err, middleware.CodeApprovalRequired) // judged afresh, not the failure replayed
+	id := env.ApprovalID
+	if _, err := r.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: boss}); err != nil {
+		t.Fatal(err)
+	}
+	o.set(2)
+	_, env, err = r.call(t.Context(), keyedCall{key: "k", approvalID: id}, o.write)
+	wantCode(t, env, err, middleware.CodeApprovalStale)
+	o.set(1)
+	_, env, err = r.call(t.Context(), keyedCall{key: "k", approvalID: id}, o.write)
+	wantCode(t, env, err, middleware.CodeOK)
+	if env.Replayed || len(o.landed()) != 1 {
+		t.Errorf("after the stale resume the key is free: the resume with the state as approved runs, once: %+v, %d writes", env, len(o.landed()))
+	}
+}
