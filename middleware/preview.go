@@ -52,7 +52,8 @@ var errPreviewTimeout = errors.New("agentsafe: the preview timed out")
 // options, which cannot carry a function. [New] fails when procedure has no
 // capability, when its registry entry has a Preview already, when
 // procedure is given twice, when f is nil, and for a streaming procedure.
-// By default a capability has the Preview of its registry entry, if any.
+// The preview is called only for calls that need an approval. By default a
+// capability has the Preview of its registry entry, if any.
 func WithPreview(procedure string, f func(ctx context.Context, in PreviewInput) (Preview, error)) Option {
 	return optionFunc(func(c *config) {
 		switch {
@@ -76,15 +77,15 @@ func WithPreview(procedure string, f func(ctx context.Context, in PreviewInput) 
 func (c *config) previewProblems(caps map[string]Capability) []error {
 	var errs []error
 	for _, proc := range slices.Sorted(maps.Keys(c.previews)) {
-		cap, ok := caps[proc]
+		declared, ok := caps[proc]
 		switch {
 		case !ok:
 			errs = append(errs, fmt.Errorf("agentsafe: WithPreview(%q): no capability is declared for this procedure (by method option or registry): check the spelling", proc))
-		case cap.Preview != nil:
+		case declared.Preview != nil:
 			errs = append(errs, &FieldError{proc, "engine", "Preview", "set both in the registry and with WithPreview: keep one"})
 		default:
-			cap.Preview = c.previews[proc]
-			caps[proc] = cap
+			declared.Preview = c.previews[proc]
+			caps[proc] = declared
 		}
 	}
 	for _, proc := range slices.Sorted(maps.Keys(caps)) {
