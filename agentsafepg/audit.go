@@ -3,93 +3,59 @@ package agentsafepg
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentsafe/agentsafe/internal/storable"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
 // AuditSink is a strict audit sink (middleware.WithAuditSink) that writes
-// events to agentsafe.audit_events. capability.requested and
-// capability.started are committed before Record returns, together with
-// every event batched before them, in one statement; the engine runs
-// nothing on an event that was not committed. Every other event is batched
-// and written when the batch is full, when its delay is up, before the
-// next requested or started event, or at [AuditSink.Flush].
+// events to agentsafe.audit_events. It is a middleware.BatchAuditSink:
+// the engine hands it every record waiting for it at once, and it writes
+// them in one INSERT, in order, all or none (group commit); the engine
+// runs nothing on a capability.requested or capability.started that was
+// not committed. A record is committed when RecordBatch (or Record)
+// returns nil.
 //
-// A batch that cannot be written stays queued, in order, and is tried
-// again after a backoff and with the next requested or started event: so
-// while the database is down, new calls fail AUDIT_UNAVAILABLE and the
-// trail of the calls that ran is written once it is back. Queued events
-// beyond the cap are dropped, oldest first, and counted ([AuditSink.Dropped]).
+// It stores any event the engine can produce. A text field with a NUL
+// byte or bytes that are not UTF-8 is escaped (a backslash as `\\`, each
+// such byte as `\xNN`), one longer than its limit is cut (1 KiB for ids,
+// names and codes, 16 KiB for an error, a comment or a reason, 64 KiB for a
+// stack), and a time PostgreSQL cannot represent is clamped to its range;
+// the row's altered column lists each such field ("error:escaped",
+// "stack:truncated", "at:clamped"), and is NULL when the row is exactly
+// the event. A batch PostgreSQL still refuses for a record's content fails
+// with its data exception (SQLSTATE class 22), which the engine splits to
+// isolate that record; any other failure (the database unreachable, the
+// write's deadline) fails the whole batch, which the engine keeps and
+// writes again with its next record.
 //
 // Rows carry no payload: the fields of middleware.Event, with NULL for
 // those an event type does not use. They are indexed for every event of an
 // execution (execution_id, seq) and every execution of an actor
 // (actor_tenant, actor_id, at of capability.requested).
 //
-// One AuditSink may serve several engines. [AuditSink.Close] writes what
-// is queued and stops the sink.
+// One AuditSink may serve several engines. [AuditSink.Close] stops it.
 type AuditSink struct {
 	pool *pgxpool.Pool
-	cfg  auditConfig
-
-	// write is held for each write, so that events reach the table in the
-	// order they came.
-	write sync.Mutex
-
-	mu       sync.Mutex
-	queue    []middleware.Event
-	timer    *time.Timer // armed while batched events wait
-	failures int         // consecutive failed writes
-	closed   bool
-
-	dropped atomic.Uint64
+	// mu is held for reading by each write, and by Close for writing, so
+	// that Close returns once the writes in progress have ended.
+	mu     sync.RWMutex
+	closed bool
 }
 
-var _ middleware.AuditSink = (*AuditSink)(nil)
+var _ middleware.BatchAuditSink = (*AuditSink)(nil)
 
-const (
-	defaultBatchSize  = 256
-	defaultBatchDelay = 100 * time.Millisecond
-	// maxQueued caps the events waiting for a write, per defaultBatchSize.
-	queuedBatches = 64
-	// writeTimeout bounds one write, so that a write the engine stopped
-	// waiting for does not hold the sink for longer.
-	writeTimeout = 5 * time.Second
-	// maxBackoff caps the pause before a failed batch is tried again.
-	maxBackoff = 5 * time.Second
-)
+// writeTimeout bounds a write whose context has no deadline (the engine's
+// always has one: its audit bound).
+const writeTimeout = 5 * time.Second
 
-// AuditOption configures [NewAuditSink].
-type AuditOption interface{ applyAudit(*auditConfig) }
-
-type auditOption func(*auditConfig)
-
-func (f auditOption) applyAudit(c *auditConfig) { f(c) }
-
-type auditConfig struct {
-	batchSize int
-	delay     time.Duration
-}
-
-// WithBatch sets when batched events are written: once size of them wait,
-// or delay after the first of them came, whichever is first. The defaults
-// are 256 events and 100ms; zero or less keeps a default. At most 64
-// batches wait while the database is unreachable.
-func WithBatch(size int, delay time.Duration) AuditOption {
-	return auditOption(func(c *auditConfig) {
-		if size > 0 {
-			c.batchSize = size
-		}
-		if delay > 0 {
-			c.delay = delay
-		}
-	})
-}
+// AuditOption configures [NewAuditSink]. There are none yet.
+type AuditOption interface{ applyAudit(*AuditSink) }
 
 // errClosed is Record's error after Close.
 var errClosed = errors.New("agentsafepg: the audit sink is closed")
@@ -101,10 +67,10 @@ func NewAuditSink(pool *pgxpool.Pool, opts ...AuditOption) (*AuditSink, error) {
 	if pool == nil {
 		return nil, errors.New("agentsafepg: NewAuditSink needs a pool")
 	}
-	cfg := auditConfig{batchSize: defaultBatchSize, delay: defaultBatchDelay}
+	s := &AuditSink{pool: pool}
 	for _, o := range opts {
 		if o != nil {
-			o.applyAudit(&cfg)
+			o.applyAudit(s)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -112,166 +78,108 @@ func NewAuditSink(pool *pgxpool.Pool, opts ...AuditOption) (*AuditSink, error) {
 	if err := checkSchema(ctx, pool, schemaVersion); err != nil {
 		return nil, err
 	}
-	return &AuditSink{pool: pool, cfg: cfg}, nil
+	return s, nil
 }
 
-// Record implements middleware.AuditSink. For capability.requested and
-// capability.started it returns once the event, and every event queued
-// before it, is committed, or with the error that kept them from it; any
-// other event is queued for the next write and Record returns nil (or
-// the error of the write a full batch started).
+// Record implements middleware.AuditSink: it writes e, and returns once
+// it is committed or with the error that kept it from that.
 func (s *AuditSink) Record(ctx context.Context, e middleware.Event) error {
-	if e.Type == middleware.EventRequested || e.Type == middleware.EventStarted {
-		return s.flush(ctx, &e)
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errClosed
-	}
-	s.queue = append(s.queue, e)
-	s.trim()
-	full := len(s.queue) >= s.cfg.batchSize
-	if !full && s.timer == nil {
-		s.timer = time.AfterFunc(s.cfg.delay, s.flushLater)
-	}
-	s.mu.Unlock()
-	if full {
-		return s.flush(ctx, nil)
-	}
-	return nil
+	return s.RecordBatch(ctx, []middleware.Event{e})
 }
 
-// Flush writes every queued event now.
-func (s *AuditSink) Flush(ctx context.Context) error { return s.flush(ctx, nil) }
-
-// Close writes every queued event and stops the sink: a later Record
-// fails. It returns the error of that last write; the events it could not
-// write are lost. Closing a closed sink is a no-op.
-func (s *AuditSink) Close(ctx context.Context) error {
-	s.mu.Lock()
+// RecordBatch implements middleware.BatchAuditSink: it writes events in
+// one statement, in order, and returns once they are committed or with
+// the error that kept them all from that.
+func (s *AuditSink) RecordBatch(ctx context.Context, events []middleware.Event) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	err := s.flush(ctx, nil)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopTimer()
-	if n := len(s.queue); n > 0 {
-		s.dropped.Add(uint64(n))
-		s.queue = nil
-	}
-	return err
-}
-
-// Dropped reports how many events the sink lost: queued beyond its cap
-// while the database was unreachable, or left unwritten at Close.
-func (s *AuditSink) Dropped() uint64 { return s.dropped.Load() }
-
-// flushLater is the timer's write.
-func (s *AuditSink) flushLater() { _ = s.flush(context.Background(), nil) } // a failure re-arms the timer
-
-// flush writes the queued events and then last, if any, in one statement.
-// On failure the queued events go back to the front of the queue, and the
-// timer tries again after a backoff; last is not kept (its caller learns
-// it was not recorded).
-func (s *AuditSink) flush(ctx context.Context, last *middleware.Event) error {
-	s.write.Lock()
-	defer s.write.Unlock()
-	s.mu.Lock()
-	if s.closed && last != nil {
-		s.mu.Unlock()
 		return errClosed
-	}
-	batch := s.queue
-	s.queue = nil
-	s.stopTimer()
-	s.mu.Unlock()
-	events := batch
-	if last != nil {
-		events = append(events[:len(events):len(events)], *last)
 	}
 	if len(events) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	err := s.insert(ctx, events)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+	}
+	return s.insert(ctx, events)
+}
+
+// Close stops the sink once the writes in progress have ended: a later
+// Record or RecordBatch fails, so that nothing runs on a record the sink
+// will not write. Every record it accepted is committed. Close it after
+// the servers whose engines use it have shut down: the engine hands the
+// sink each record as it comes, and a record it hands over after Close is
+// lost. Closing a closed sink is a no-op.
+func (s *AuditSink) Close(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err == nil {
-		s.failures = 0
-		return nil
-	}
-	s.queue = append(batch, s.queue...)
-	s.trim()
-	if len(s.queue) > 0 && !s.closed {
-		s.failures++
-		s.stopTimer()
-		s.timer = time.AfterFunc(min(s.cfg.delay<<min(s.failures, 16), maxBackoff), s.flushLater)
-	}
-	return err
-}
-
-// trim drops the oldest queued events beyond the cap; s.mu is held.
-func (s *AuditSink) trim() {
-	if over := len(s.queue) - queuedBatches*s.cfg.batchSize; over > 0 {
-		s.dropped.Add(uint64(over))
-		clear(s.queue[:over])
-		s.queue = s.queue[over:]
-	}
-}
-
-// stopTimer disarms the batch timer; s.mu is held.
-func (s *AuditSink) stopTimer() {
-	if s.timer != nil {
-		s.timer.Stop()
-		s.timer = nil
-	}
+	s.closed = true
+	return nil
 }
 
 // insertSQL writes a batch in one statement, in order: one array per
 // column, NULL for what an event type does not use.
 const insertSQL = `INSERT INTO agentsafe.audit_events (type, at, execution_id, procedure, actor_id, actor_tenant, input_digest,
 	side_effect, risk, attempt, attempts, previous_error_code, code, retryable, duration,
-	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of)
+	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, altered)
 SELECT e.type, e.at, e.execution_id, e.procedure, nullif(e.actor_id, ''), nullif(e.actor_tenant, ''), nullif(e.input_digest, ''),
 	nullif(e.side_effect, ''), nullif(e.risk, ''), nullif(e.attempt, 0), nullif(e.attempts, 0), nullif(e.previous_error_code, ''),
 	nullif(e.code, ''), CASE WHEN e.code <> '' THEN e.retryable END, nullif(e.duration, '0'),
 	nullif(e.approval_id, ''), nullif(e.approver_id, ''), nullif(e.approver_tenant, ''), nullif(e.comment, ''), nullif(e.reason, ''),
-	CASE WHEN e.type = 'capability.abandoned_result' THEN e.succeeded END, nullif(e.error, ''), nullif(e.stack, ''), nullif(e.replay_of, '')
+	CASE WHEN e.type = 'capability.abandoned_result' THEN e.succeeded END, nullif(e.error, ''), nullif(e.stack, ''), nullif(e.replay_of, ''),
+	string_to_array(nullif(e.altered, ''), ',')
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 	$8::text[], $9::text[], $10::int[], $11::int[], $12::text[], $13::text[], $14::bool[], $15::interval[],
-	$16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::bool[], $22::text[], $23::text[], $24::text[])
+	$16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::bool[], $22::text[], $23::text[], $24::text[], $25::text[])
 	WITH ORDINALITY AS e(type, at, execution_id, procedure, actor_id, actor_tenant, input_digest,
 	side_effect, risk, attempt, attempts, previous_error_code, code, retryable, duration,
-	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, n)
+	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, altered, n)
 ORDER BY e.n`
 
-// insert writes events in one statement.
+// The range of PostgreSQL's timestamptz: 4713 BC to 294276 AD.
+var (
+	minTime = time.Date(-4712, time.November, 24, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// insert writes events in one statement, each field made storable
+// (package internal/storable), with the list of what was altered.
 func (s *AuditSink) insert(ctx context.Context, events []middleware.Event) error {
 	n := len(events)
 	var (
 		types, ids, procs, actorIDs, actorTenants, digests = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		sideEffects, risks, prevCodes, codes               = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		approvals, approverIDs, approverTenants, comments  = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		reasons, errs, stacks, replayOf                    = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		reasons, errs, stacks, replayOf, altered           = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		ats                                                = make([]time.Time, n)
 		attempt, attempts                                  = make([]int32, n), make([]int32, n)
 		retryable, succeeded                               = make([]bool, n), make([]bool, n)
 		durations                                          = make([]time.Duration, n)
 	)
 	for i, e := range events {
-		types[i], ats[i], ids[i], procs[i] = string(e.Type), e.Time, e.ExecutionID, e.Procedure
-		actorIDs[i], actorTenants[i], digests[i] = e.Actor.ID, e.Actor.Tenant, e.InputDigest
+		var m storable.Marks
+		id := func(field, v string) string { return m.Text(field, v, storable.IDMax) }
+		text := func(field, v string) string { return m.Text(field, v, storable.TextMax) }
+		types[i], ids[i], procs[i] = id("type", string(e.Type)), id("execution_id", e.ExecutionID), id("procedure", e.Procedure)
+		switch {
+		case e.Time.Before(minTime):
+			ats[i] = minTime
+			m = append(m, "at:clamped")
+		case e.Time.After(maxTime):
+			ats[i] = maxTime
+			m = append(m, "at:clamped")
+		default:
+			ats[i] = e.Time
+		}
+		actorIDs[i], actorTenants[i], digests[i] = id("actor_id", e.Actor.ID), id("actor_tenant", e.Actor.Tenant), id("input_digest", e.InputDigest)
 		if e.SideEffect != middleware.SideEffectUnspecified {
 			sideEffects[i] = e.SideEffect.String()
 		}
 		risks[i] = e.Risk.String()
-		attempt[i], attempts[i] = int32(e.Attempt), int32(e.Attempts)
+		attempt[i], attempts[i] = clampInt32(e.Attempt), clampInt32(e.Attempts)
 		if e.PreviousErrorCode != middleware.CodeOK {
 			prevCodes[i] = e.PreviousErrorCode.String()
 		}
@@ -279,11 +187,19 @@ func (s *AuditSink) insert(ctx context.Context, events []middleware.Event) error
 			codes[i] = e.Code.String()
 		}
 		retryable[i], durations[i] = e.Retryable, e.Duration
-		approvals[i], approverIDs[i], approverTenants[i], comments[i], reasons[i] = e.ApprovalID, e.Approver.ID, e.Approver.Tenant, e.Comment, e.Reason
-		succeeded[i], errs[i], stacks[i], replayOf[i] = e.Succeeded, e.Error, e.Stack, e.ReplayOf
+		approvals[i], approverIDs[i], approverTenants[i] = id("approval_id", e.ApprovalID), id("approver_id", e.Approver.ID), id("approver_tenant", e.Approver.Tenant)
+		comments[i], reasons[i] = text("comment", e.Comment), text("reason", e.Reason)
+		succeeded[i], errs[i], replayOf[i] = e.Succeeded, text("error", e.Error), id("replay_of", e.ReplayOf)
+		stacks[i] = m.Text("stack", e.Stack, storable.StackMax)
+		altered[i] = m.String()
 	}
 	_, err := s.pool.Exec(ctx, insertSQL, types, ats, ids, procs, actorIDs, actorTenants, digests,
 		sideEffects, risks, attempt, attempts, prevCodes, codes, retryable, durations,
-		approvals, approverIDs, approverTenants, comments, reasons, succeeded, errs, stacks, replayOf)
+		approvals, approverIDs, approverTenants, comments, reasons, succeeded, errs, stacks, replayOf, altered)
 	return err
+}
+
+// clampInt32 is n within int32: counts the engine keeps small.
+func clampInt32(n int) int32 {
+	return int32(max(min(n, math.MaxInt32), math.MinInt32))
 }

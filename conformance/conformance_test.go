@@ -98,8 +98,62 @@ func (directCodec) UnmarshalError(b []byte) (error, error) {
 }
 
 func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
-	route := adapter.Resolve(c.eng, c.d.Procedure(f))
 	body, _ := json.Marshal(req)
+	return c.callBody(ctx, f, req, body, approvalID, key)
+}
+
+// CallRaw makes the call as shape says. The direct adapter's wire is what
+// its client sees: the status code, the headers, and the body (the
+// envelope, or the framework's message). Like the framework adapters'
+// guards, it asks whether the call is absent before it decodes anything.
+func (c *directClient) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	if absent {
+		return raw(c.CallUnhandled(ctx, f, req)), true
+	}
+	body, _ := json.Marshal(req)
+	approvalID, key := "", ""
+	switch shape {
+	case conformance.ShapeMalformedApprovalID:
+		approvalID = "x"
+	case conformance.ShapeMalformedKey:
+		key = `"unterminated`
+	case conformance.ShapeUndecodable:
+		body = []byte(`{"ID":`)
+	case conformance.ShapeUnbindable:
+		key, body = "k1", []byte(`{"ID":"`+req.ID+`","ID":"`+req.ID+`"}`)
+	case conformance.ShapeExpired:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(-time.Second))
+		defer cancel()
+	}
+	if c.d.bug != "decodes-first" && adapter.Resolve(c.eng, c.d.Procedure(f)).Absent(ctx, adapter.SurfaceRPC) {
+		return raw(c.CallUnhandled(ctx, f, req)), true
+	}
+	var in conformance.Request
+	if err := json.Unmarshal(body, &in); err != nil {
+		return conformance.RawResponse{Status: 3, Header: http.Header{}, Body: []byte("direct: the request cannot be decoded")}, true
+	}
+	return raw(c.callBody(ctx, f, in, body, approvalID, key)), true
+}
+
+// raw is a direct call's result as its wire carries it.
+func raw(r conformance.Result) conformance.RawResponse {
+	out := conformance.RawResponse{Header: r.Header, Body: r.Body}
+	if r.Status != nil {
+		out.Status = int(r.Status.Code)
+		if out.Body == nil {
+			out.Body = []byte(r.Status.Message)
+		}
+	}
+	if r.Response != nil {
+		out.Body, _ = json.Marshal(r.Response)
+	}
+	return out
+}
+
+// callBody calls f with req, whose input as the engine binds it is body.
+func (c *directClient) callBody(ctx context.Context, f conformance.Fixture, req conformance.Request, body []byte, approvalID, key string) conformance.Result {
+	route := adapter.Resolve(c.eng, c.d.Procedure(f))
 	call := adapter.Call[*attemptOut]{Input: adapter.JSONInput(body), ApprovalID: approvalID, Surface: adapter.SurfaceRPC, Status: directStatus,
 		IdempotencyKey: key, Codec: directCodec{}}
 	if c.d.bug == "drops-key" {
@@ -227,33 +281,36 @@ func TestPlanted(t *testing.T) {
 // claims: each broken adapter fails exactly the subtests of the rules it
 // breaks, and nothing else.
 func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
+	const lateKey = "Inline/Keys/an_Inline_write's_late_result_is_stored_for_its_key_at_once"
 	if os.Getenv("CONFORMANCE_PLANTED") != "" {
 		t.Skip("inside a planted run")
 	}
 	for bug, want := range map[string][]string{
-		"retries-writes": {
+		"retries-writes": append(inBoth(
 			"Retry/the_adapter_never_retries_a_write_on_its_own",
 			// A write retried behind the engine's back runs where the engine left it in doubt.
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
-		},
-		"finalizes-twice":       {"Envelope/exactly_one_envelope_and_one_final_event_per_call"},
-		"shares-input":          {"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's"},
-		"keeps-relayed-headers": {"Envelope/a_relayed_downstream_envelope_never_shadows_this_one"},
-		"shows-hidden": {
+		), lateKey), // and again after a timeout whose late result was stored
+		"finalizes-twice":       inBoth("Envelope/exactly_one_envelope_and_one_final_event_per_call"),
+		"shares-input":          inBoth("Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's"),
+		"keeps-relayed-headers": inBoth("Envelope/a_relayed_downstream_envelope_never_shadows_this_one"),
+		"shows-hidden": inBoth(
 			"Policy/hide_wins_over_deny,_deny_over_require_approval,_require_approval_over_allow",
 			"Hidden/a_hidden_call_gets_exactly_what_a_procedure_with_no_handler_gets",
 			"Exposure/a_call_on_a_surface_the_capability_is_not_exposed_on_is_hidden",
-		},
-		"drops-code-headers": {
+		),
+		"drops-code-headers": inBoth(
 			"Wire/an_engine's_failure_carries_Agentsafe-Code,_Agentsafe-Retryable_and_its_status",
 			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
 			"Keys/a_handler's_framework_error_is_replayed_unchanged",
 			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 			"Approval/a_resume_after_the_previewed_state_changed_is_APPROVAL_STALE_and_runs_nothing",
-		},
-		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
-		"drops-envelope": {
+		),
+		"drops-approval-hints": inBoth("Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"),
+		// It decodes the request before it asks whether the call is hidden.
+		"decodes-first": inBoth("Hidden/a_hidden_call_is_answered_byte_for_byte_as_a_procedure_the_server_does_not_have"),
+		"drops-envelope": append(inBoth(
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
 			"Retry/an_idempotent_write_with_retry_configured_is_retried",
 			"Isolation/only_the_finalized_attempt's_headers_reach_the_wire",
@@ -278,8 +335,8 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/a_key_on_a_read_has_no_effect",
 			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 			"Concurrency/concurrent_calls_each_get_their_own_execution's_envelope,_headers_and_response",
-		},
-		"drops-key": {
+		), lateKey),
+		"drops-key": append(inBoth(
 			"Keys/a_repeat_with_the_same_key_replays_the_stored_result",
 			"Keys/both_spellings_of_a_key_are_one_key",
 			"Keys/a_malformed_key_is_INVALID_ARGUMENT_naming_the_header",
@@ -292,7 +349,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
 			"Keys/a_key_on_a_read_has_no_effect",
 			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
-		},
+		), lateKey),
 	} {
 		t.Run(bug, func(t *testing.T) {
 			t.Parallel()
@@ -310,6 +367,16 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+// inBoth names rules as RunAdapter runs them: with the fixtures'
+// capabilities as listed, and again Inline.
+func inBoth(names ...string) []string {
+	out := slices.Clone(names)
+	for _, n := range names {
+		out = append(out, "Inline/"+n)
+	}
+	return out
 }
 
 var failLine = regexp.MustCompile(`--- FAIL: TestPlanted/(\S+/\S+)`)

@@ -20,6 +20,10 @@ import (
 // that context.Cause tells a timeout from the caller leaving.
 var errAttemptTimeout = errors.New("agentsafe: attempt timed out")
 
+// overrunWarnEvery rate-limits, per capability, the warning about Inline
+// attempts that overran their deadline.
+const overrunWarnEvery = time.Minute
+
 // execute governs one call of c's procedure: it opens an execution, runs
 // attempts of fn under the capability's timeout and retry rules, and
 // finalizes exactly once (see route.Execute).
@@ -60,10 +64,8 @@ func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call se
 	}
 	x := e.open(ctx, proc, seam.Call{ApprovalID: call.ApprovalID, Surface: call.Surface}, c, false) // nothing was read to bind
 	if c != nil {
-		if hide := x.exposed(); hide != nil {
-			err = hide
-		} else if hide := x.hiddenByPolicy(); hide != nil {
-			err = hide
+		if hide := x.hiding(); hide != nil {
+			err = hide // no refusal may tell a hidden procedure apart
 		}
 	}
 	x.requested()
@@ -98,6 +100,7 @@ type execution struct {
 	bindErr        error  // why the input does not bind, once tried
 	inputRead      bool   // a policy read the input (or its digest)
 	json           []byte // the input as policies read it, once rendered
+	hidden         bool   // stage 2.0 answered it as absent
 	approvalID     string
 	approval       *store.ConsumedApproval
 	preview        previewed
@@ -119,6 +122,9 @@ type execution struct {
 	// durably blocked for testing/synctest, one waiting on a mutex is not.
 	emitting chan struct{}
 	first    attempt // attempt 1 lives here: one allocation less
+	// callerLeft is when the caller's context ended (unix nanoseconds),
+	// recorded for Inline attempts, which measure their overrun from it.
+	callerLeft atomic.Int64
 
 	// hints are what an envelope asking for a decision tells (hints.go).
 	hints approvalHints
@@ -130,12 +136,18 @@ type execution struct {
 // open starts stage 2: the execution's ids and its actor. Nothing is
 // emitted yet: admit decides when the trail starts.
 func (e *Engine) open(ctx context.Context, proc string, call seam.Call, c *capability, streaming bool) *execution {
+	a, err := e.actorOf(ctx)
+	return e.opened(ctx, proc, call, c, streaming, a, err)
+}
+
+// opened is open for a caller whose actor is known already.
+func (e *Engine) opened(ctx context.Context, proc string, call seam.Call, c *capability, streaming bool, a Actor, actorErr error) *execution {
 	if c == nil { // a governed call with no capability: only refused
 		c = &capability{procedure: proc}
 	}
 	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
 	x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
-	x.actor, x.actorErr = e.actorOf(ctx)
+	x.actor, x.actorErr = a, actorErr
 	if e.observed {
 		x.emitting = make(chan struct{}, 1)
 	}
@@ -157,51 +169,60 @@ func (e *Engine) actorOf(ctx context.Context) (a Actor, err error) {
 	return f(ctx)
 }
 
-// admit runs the rest of stage 2, then the approval gate (stage 3). In
-// order: a surface the capability is not exposed on (answered as hidden,
-// before anything could tell the procedure exists); a caller already
-// gone; the cheap checks (the approval header, the actor, the
-// abandoned-attempt cap); binding the input, only when something needs its
-// digest; capability.requested (with the digest, or without it at a
-// refusal before the binding); the policies (policy.go), which may read
-// the input only once it is known to bind; the gate. Nothing has run when
-// it refuses.
+// admit runs the rest of stage 2, then the approval gate (stage 3), in
+// SPEC's order (§3). Nothing has run when it refuses; every refusal is
+// recorded, capability.requested first.
+//
+//	2.0  hiding: exposure, then every policy as at a listing
+//	     the caller already gone
+//	2a   the cheap checks: agentsafe headers, the actor, the abandoned cap
+//	2b   binding the input, only when something needs its digest
+//	     capability.requested (with the digest, or without it at a
+//	     refusal before the binding)
+//	2c   the policies, which may read the input once it is known to bind
+//	2d   the result store: claim, or replay (a replay never reaches the gate)
+//	3    the approval gate
 func (x *execution) admit() *Error {
-	if err := x.exposed(); err != nil {
-		x.requested()
+	if err := x.hiding(); err != nil { // 2.0
+		x.requested() // through the audit sink's queue: it cannot tell the procedure exists
 		return err
 	}
 	if x.ctx.Err() != nil {
 		x.requested()
 		return x.cancelled()
 	}
-	if err := x.cheapChecks(); err != nil {
+	if err := x.cheapChecks(); err != nil { // 2a
 		x.requested()
 		return err
 	}
-	if err := x.bind(); err != nil {
+	if err := x.bind(); err != nil { // 2b
 		x.requested()
 		return err
 	}
 	if err := x.requested(); err != nil {
 		return err
 	}
-	reasons, err := x.decide()
+	reasons, err := x.decide() // 2c
 	if err != nil {
 		return err
 	}
-	if err := x.claim(len(reasons) > 0); err != nil || x.replaying() != nil {
-		return err // a replay never reaches the gate
+	if err := x.claim(len(reasons) > 0); err != nil || x.replaying() != nil { // 2d
+		return err
 	}
 	if len(reasons) == 0 {
 		return nil
 	}
 	// Last: an approval consumed here must be followed by an attempt.
-	return x.gate(reasons)
+	return x.gate(reasons) // 3
 }
 
 // cheapChecks is stage 2a: what costs nothing to refuse.
 func (x *execution) cheapChecks() *Error {
+	if x.streaming && x.cap.Approval.Required {
+		// Validation refuses this for procedures known to stream; a registry
+		// entry the engine could not check still fails closed.
+		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.proc}
+	}
 	if x.call.ApprovalID != "" && !store.ValidApprovalID(x.call.ApprovalID) {
 		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", seam.HeaderApprovalID, len(x.call.ApprovalID))}
 	}
@@ -259,10 +280,13 @@ func (x *execution) requested() *Error {
 }
 
 // unaudited is the error of an execution whose strict audit sink failed:
-// no record, no effect.
+// no record, no effect; or that the caller left while it waited.
 func (x *execution) unaudited(err error) *Error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, errCallerLeft) {
+		return x.cancelled()
 	}
 	return &Error{Code: CodeAuditUnavailable, Message: "the audit trail could not record the call; nothing ran", Retryable: true, Cause: err}
 }
@@ -410,7 +434,8 @@ type attempt struct {
 	returned  chan struct{}
 	abandoned bool // set by the Execute goroutine only
 	// late is an abandoned attempt's own result, once it returned late
-	// (returnedLate); guarded by the execution's mu.
+	// (returnedLate), or an Inline attempt's that returned after its
+	// context ended; guarded by the execution's mu.
 	late         Code
 	returnedLate bool
 	lateResult   attemptResult        // what it returned, for the result store
@@ -455,7 +480,9 @@ func (x *execution) startAttempt(n int) *attempt {
 	x.mu.Lock()
 	x.last = a
 	x.mu.Unlock()
-	x.e.workers.start(a)
+	if !x.cap.Inline { // an Inline attempt runs in await, on this goroutine
+		x.e.workers.start(a)
+	}
 	return a
 }
 
@@ -550,8 +577,12 @@ func (x *execution) lateReturn(a *attempt, code Code, r attemptResult) {
 }
 
 // await returns when the attempt returns or its context ends, whichever is
-// first: it never waits for a handler that ignores its context.
+// first: it never waits for a handler that ignores its context — unless
+// the capability is Inline, whose attempt runs here (runInline).
 func (x *execution) await(a *attempt) (any, *Error) {
+	if x.cap.Inline {
+		return x.runInline(a)
+	}
 	// Let the attempt run on this thread first: a quick handler then
 	// finishes before this goroutine parks, saving the wake-ups of another
 	// thread that parking and readying would cost.
@@ -581,6 +612,82 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	a.abandoned = true
 	x.cap.abandoned.Add(1)
 	return nil, x.contextError(a)
+}
+
+// runInline runs an attempt of an Inline capability on the Execute
+// goroutine, and so waits for its handler however late it returns: the
+// attempt is never abandoned. A result returned after the attempt's
+// context ended is discarded as an abandoned one is — the outcome is the
+// context's, TIMEOUT or CANCELLED — but it is known now, so a consumed
+// approval and a caller's key record it at finalization, late, with no
+// in_doubt before it and no abandoned_result after. A handler that only
+// stopped when told (its context's error) has no result to record. One
+// that returned more than the overrun grace after its context ended broke
+// the promise Inline declares, and is reported (overran).
+func (x *execution) runInline(a *attempt) (any, *Error) {
+	var stop func() bool
+	if x.ctx.Done() != nil {
+		stop = context.AfterFunc(x.ctx, func() { x.callerLeft.CompareAndSwap(0, time.Now().UnixNano()) })
+	}
+	r := a.runHere(x.call.Attempt)
+	if stop != nil {
+		stop()
+	}
+	if !r.ctxEnded {
+		return x.settle(a, r)
+	}
+	x.overran(a, time.Now())
+	if r.panic == nil && (r.err != nil && x.stopped(r.err) || errors.Is(r.err, seam.ErrNoResponse)) {
+		return x.settle(a, r) // it stopped when told to
+	}
+	if x.consumed || x.keyed != nil {
+		x.lateReturn(a, x.lateCode(a, r), r)
+	}
+	a.cancel()
+	err := x.contextError(a)
+	if r.panic != nil { // the stack still reaches the final event
+		err.Cause = fmt.Errorf("%w; then the handler panicked: %w", err.Cause, r.panic)
+	}
+	return nil, err
+}
+
+// runHere runs an attempt on the calling goroutine, recovering a panic.
+func (a *attempt) runHere(f seam.Attempt) (r attemptResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			r = attemptResult{panic: &PanicError{Value: p, Stack: debug.Stack()}, ctxEnded: a.Err() != nil}
+		}
+	}()
+	r.v, r.err = f.RunAttempt(a)
+	r.ctxEnded = a.Err() != nil
+	return r
+}
+
+// overran reports an Inline attempt that returned at now, after its
+// context ended, when it took longer than the overrun grace to do so:
+// capability.deadline_overrun, and a warning at most once a minute per
+// capability.
+func (x *execution) overran(a *attempt, now time.Time) {
+	ended, ok := a.Deadline()
+	if !ok || !errors.Is(a.Err(), context.DeadlineExceeded) {
+		// The caller cancelled: from when it did, if the engine saw it.
+		at := x.callerLeft.Load()
+		if at == 0 {
+			return
+		}
+		ended = time.Unix(0, at)
+	}
+	overrun := now.Sub(ended)
+	if overrun <= x.e.cfg.overrunGrace {
+		return
+	}
+	x.emit(Event{Type: EventDeadlineOverrun, Attempt: a.n, Duration: overrun, ApprovalID: x.approvalID})
+	c := x.cap
+	last := c.overrunWarned.Load()
+	if t := now.UnixNano(); (last == 0 || t-last >= int64(overrunWarnEvery)) && c.overrunWarned.CompareAndSwap(last, t) {
+		x.e.cfg.logger.Warn("agentsafe: an Inline handler returned long after its context ended: it does not honour its context, and held its caller past the deadline",
+			"procedure", x.proc, "execution_id", x.id, "attempt", a.n, "overrun", overrun)
+	}
 }
 
 // result takes the result of an attempt whose signal was received, and
@@ -756,7 +863,9 @@ func (x *execution) finalEvent(env Envelope, err *Error) Event {
 // emit fills the execution's common fields and hands ev to every sink's
 // queue; the strict audit sink receives capability.requested and
 // capability.started synchronously, and its error is returned: nothing may
-// run on an event that was not recorded.
+// run on an event that was not recorded. A hidden call's requested goes
+// through the queue instead: nothing runs, and the sink's failure must not
+// tell the procedure exists.
 func (x *execution) emit(ev Event) error {
 	if !x.e.observed {
 		return nil
@@ -772,8 +881,8 @@ func (x *execution) emit(ev Event) error {
 	// the lock keeps each execution's events queued in order.
 	x.emitting <- struct{}{}
 	defer func() { <-x.emitting }()
-	if ev.Type == EventRequested || ev.Type == EventStarted {
-		return x.e.deliverAudited(x.sinkCtx, ev)
+	if (ev.Type == EventRequested && !x.hidden) || ev.Type == EventStarted {
+		return x.e.deliverAudited(x.sinkCtx, x.ctx, ev)
 	}
 	x.e.deliver(x.sinkCtx, ev)
 	return nil

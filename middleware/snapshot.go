@@ -25,6 +25,7 @@ type snapshotCapability struct {
 	Risk        string           `json:"risk"`
 	Idempotent  bool             `json:"idempotent"`
 	Streaming   bool             `json:"streaming"`
+	Inline      bool             `json:"inline"`
 	Timeout     string           `json:"timeout"`
 	Retry       snapshotRetry    `json:"retry"`
 	Approval    snapshotApproval `json:"approval"`
@@ -60,11 +61,11 @@ type snapshotApproval struct {
 //
 // Format, version 1: {"version": 1, "policies": [names], "capabilities":
 // [{"procedure", "sideEffect", "risk", "idempotent", "streaming",
-// "timeout", "retry": {"maxRetries", "backoff"}, "approval": {"required",
-// "type", "quorum", "expiresIn"}, "exposure": ["rpc"|"http"|"mcp"],
-// "dedup", "preview", "toolName", "description"}]}; "preview" says whether
-// the capability has a Preview, which descriptors cannot carry; durations as Go writes them
-// ("1m30s"), "0s" for none.
+// "inline", "timeout", "retry": {"maxRetries", "backoff"}, "approval":
+// {"required", "type", "quorum", "expiresIn"}, "exposure":
+// ["rpc"|"http"|"mcp"], "dedup", "preview", "toolName", "description"}]};
+// "preview" says whether the capability has a Preview, which descriptors
+// cannot carry; durations as Go writes them ("1m30s"), "0s" for none.
 func (e *Engine) WriteSnapshot(w io.Writer) error {
 	s := snapshot{Version: snapshotVersion, Policies: []string{}, Capabilities: []snapshotCapability{}}
 	for _, np := range e.cfg.policies {
@@ -87,6 +88,7 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 			Risk:        c.Risk.String(),
 			Idempotent:  c.Idempotent,
 			Streaming:   c.Streaming,
+			Inline:      c.Inline,
 			Timeout:     duration(c.Timeout),
 			Retry:       snapshotRetry{MaxRetries: c.Retry.MaxRetries, Backoff: duration(c.Retry.Backoff)},
 			Approval:    snapshotApproval{Required: c.Approval.Required, Type: c.Approval.Type, Quorum: quorum, ExpiresIn: duration(c.Approval.ExpiresIn)},

@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"runtime/debug"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
 )
@@ -23,12 +22,6 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 		x.requested()
 		return x.e.notFound(x.proc)
 	}
-	if x.cap.Approval.Required && x.exposed() == nil { // unexposed, it is hidden first (admit)
-		x.requested()
-		// Validation refuses this for procedures known to stream; a registry
-		// entry the engine could not check still fails closed.
-		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.proc}
-	}
 	if err := x.admit(); err != nil {
 		return err
 	}
@@ -45,17 +38,12 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 	}
 	defer a.cancel()
 	x.attempts = 1
-	var r attemptResult
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r.panic = &PanicError{Value: p, Stack: debug.Stack()}
-			}
-		}()
-		r.err = fn(a)
-		r.ctxEnded = a.Err() != nil
-	}()
-	_, err := x.settle(a, r)
+	_, err := x.settle(a, a.runHere(streamAttempt(fn)))
 	a.traceEnd(err)
 	return err
 }
+
+// streamAttempt runs a stream's handler as an attempt with no value.
+type streamAttempt func(context.Context) error
+
+func (f streamAttempt) RunAttempt(ctx context.Context) (any, error) { return nil, f(ctx) }
