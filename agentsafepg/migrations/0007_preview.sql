@@ -1,4 +1,4 @@
--- agentsafe 0006: approvals bound to a preview of their effect.
+-- agentsafe 0007: approvals bound to a preview of their effect.
 --
 -- Applied by agentsafepg.Migrate, or by an application's own migration tool:
 -- the file is idempotent and records its version in
@@ -67,4 +67,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO agentsafe.schema_migrations (version, name) VALUES (6, 'preview') ON CONFLICT (version) DO NOTHING;
+INSERT INTO agentsafe.schema_migrations (version, name) VALUES (7, 'preview') ON CONFLICT (version) DO NOTHING;
