@@ -71,7 +71,9 @@ func (o *orders) nudge() {
 
 func (o *orders) preview(_ context.Context, in middleware.PreviewInput) (middleware.Preview, error) {
 	n := orderOf(in.Input)
-	o.nudge()
+	// Read, then poke: the first preview of the race reads the state the
+	// race starts with, before any flip.
+	defer o.nudge()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	v := o.versions[n]
@@ -114,6 +116,13 @@ func (o *orders) flip(stop <-chan struct{}) {
 		}
 		o.mu.Unlock()
 	}
+}
+
+// written reports whether a refund of order n landed.
+func (o *orders) written(n int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.writes[n]) > 0
 }
 
 func (o *orders) set(version int) {
@@ -159,6 +168,15 @@ func Race(t *testing.T, records int, open func(t *testing.T) store.ApprovalStore
 		ids[n] = requestApproved(t, ctx, engs[0], n)
 	}
 
+	// The race starts with every order refunded elsewhere (version 2), so
+	// the first resume (at least) finds it changed and is refused stale;
+	// from then on the writer flips. A poke left by the requests above
+	// must not flip it before the race starts.
+	select {
+	case <-o.poke:
+	default:
+	}
+	o.set(2)
 	var completed, stale, consumed, noEffect atomic.Int64
 	var unexpected sync.Map
 	stop := make(chan struct{})
@@ -172,23 +190,22 @@ func Race(t *testing.T, records int, open func(t *testing.T) store.ApprovalStore
 			wg.Go(func() {
 				<-start
 				for n := w % stride; n < records; n += stride {
-					for range tries {
+					// Until the refund is written: an approval consumed by
+					// another resume may come back (NoEffect).
+					for try := 0; try < tries && !o.written(n); try++ {
 						env, err := execute(ctx, eng, n, ids[n], o.refund(n))
 						switch code := middleware.CodeOf(err); {
 						case err == nil:
 							completed.Add(1)
 						case code == middleware.CodeApprovalStale && env.Attempts == 0:
 							stale.Add(1)
-							continue
 						case code == middleware.CodeApprovalConsumed && env.Attempts == 0:
 							consumed.Add(1)
 						case errors.Is(err, errChanged) && env.Attempts == 1:
 							noEffect.Add(1)
-							continue
 						default:
 							unexpected.Store(fmt.Sprintf("engine %d worker %d order %d", e, w, n), err)
 						}
-						break // run, or run by another: this contender is done with it
 					}
 				}
 			})
