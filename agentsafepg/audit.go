@@ -32,7 +32,8 @@ import (
 // with its data exception (SQLSTATE class 22), which the engine splits to
 // isolate that record; any other failure (the database unreachable, the
 // write's deadline) fails the whole batch, which the engine keeps and
-// writes again with its next record.
+// writes again with its next record, or on its own a little later when
+// none comes.
 //
 // Rows carry no payload: the fields of middleware.Event, with NULL for
 // those an event type does not use. They are indexed for every event of an

@@ -120,9 +120,17 @@ func newEnvFor(t *testing.T, audience string, shared *env, opts ...approvalconso
 // must approve.
 func newEnvQuorum(t *testing.T, audience string, shared *env, quorum int, opts ...approvalconsole.Option) *env {
 	t.Helper()
+	return newEnvPreview(t, audience, shared, quorum, nil, opts...)
+}
+
+// newEnvPreview is newEnvQuorum with a refund whose capability has
+// preview (nil for none).
+func newEnvPreview(t *testing.T, audience string, shared *env, quorum int, preview func(context.Context, middleware.PreviewInput) (middleware.Preview, error), opts ...approvalconsole.Option) *env {
+	t.Helper()
 	return newEnvWith(t, middleware.Capability{
 		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
 		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute, Quorum: quorum},
+		Preview:  preview,
 	}, audience, shared, nil, opts...)
 }
 

@@ -39,6 +39,9 @@ run ./redis.sh >"$out/redis.txt"
 run go test -run '^$' -bench '^BenchmarkBudget$' -benchtime 200000x -count "$count" . >"$out/budgets.txt"
 run go test -run '^$' -bench '^BenchmarkBudgetConnect$' -benchtime 10000x -count "$count" . >>"$out/budgets.txt"
 run env AGENTSAFE_REQUIRE_REDIS=1 go test -run '^$' -bench '^BenchmarkReserve$' -benchtime 4000x -count "$count" . >>"$out/budgets.txt"
+# A resume with a preview against one without, alternating, memory and Redis.
+AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^TestPreviewTarget$' -v . |
+	sed -n 's/^ *preview_test.go:[0-9]*: //p' >"$out/preview.txt"
 
 {
 	echo '## Governed vs floor, failsafe-go Get and GetAsync'
@@ -92,4 +95,4 @@ ratios() {
 	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=64/impl=reserve BenchmarkReserve/c=64/impl=script 'Redis Reserve / window script, c=64, ops/s' '>=0.8'
 } >"$out/ratios.md"
 run go run ./cmd/loadplot "$out/load.txt" load.svg >"$out/load.md"
-echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/scale.txt, $out/redis.txt, load.svg" >&2
+echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/scale.txt, $out/redis.txt, $out/preview.txt, load.svg" >&2

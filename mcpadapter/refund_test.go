@@ -86,7 +86,7 @@ func TestRefundTools(t *testing.T) {
 		"get_order": {"/orders.v1.OrderService/GetOrder", "Look up an order by id.", hints{readOnly: true},
 			[]string{"orderId"}, []string{"orderId", "customer", "totalCents", "status", "refundedCents"}},
 		"refund_order": {"/orders.v1.OrderService/RefundOrder", "Refund an order; large refunds need a manager's approval. " +
-			`Budget "refunds": at most a total amountCents of 200000 per person in any 24h; a call past it waits for a person's approval.`, hints{idempotent: true},
+			`Budget "refunds": at most a total amountCents of 250000 per person in any 24h; a call past it waits for a person's approval.`, hints{idempotent: true},
 			[]string{"orderId", "amountCents", "reason"}, []string{"orderId", "refundedCents", "gatewayReference"}},
 		"notify_customer": {"/orders.v1.OrderService/NotifyCustomer", "Email the customer about their order. " +
 			`Budget "emails": at most 3 calls per person in any 1h; a call past it is refused (BUDGET_EXCEEDED), saying when to try again.`, hints{openWorld: true},

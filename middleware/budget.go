@@ -125,33 +125,6 @@ func WithBudgetStore(s store.BudgetStore) Option {
 	return optionFunc(func(c *config) { c.budgets = s })
 }
 
-// NoEffect marks a handler's error as a failure that had no effect (a
-// declined payment, a conditional write that found the state changed):
-// the execution gives back what it reserved on its budgets, and an
-// approval it consumed goes back to approved. The error otherwise reaches
-// the caller as err would. It returns nil for nil, and keeps err
-// reachable through errors.Is and errors.As.
-func NoEffect(err error) error {
-	if err == nil {
-		return nil
-	}
-	return noEffect{err}
-}
-
-type noEffect struct{ err error }
-
-func (n noEffect) Error() string { return n.err.Error() }
-func (n noEffect) Unwrap() error { return n.err }
-
-// withoutEffect strips NoEffect's mark from err, reporting whether it was
-// there: the rest of the engine sees the handler's own error.
-func withoutEffect(err error) (error, bool) {
-	if n, ok := err.(noEffect); ok {
-		return n.err, true
-	}
-	return err, false
-}
-
 // budgetRule is a validated Budget of one capability.
 type budgetRule struct {
 	Budget
@@ -411,24 +384,6 @@ func (x *execution) settleBudgets() {
 			x.writeBudget(store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount})
 		}
 	}
-}
-
-// settleNoEffect is part of stage 6: an execution in which nothing ran,
-// or whose every attempt returned NoEffect, gives back its budget
-// reservations and, after NoEffect, the approval it consumed (which goes
-// back to approved, as when nothing ran at all).
-func (x *execution) settleNoEffect() {
-	x.settleBudgets()
-	if x.consumed && x.attempts > 0 && x.hadNoEffect() {
-		x.consumed = false
-		x.e.release(x.ctx, x.approvalID, x.id)
-	}
-}
-
-// hadNoEffect reports that nothing this execution ran had an effect: no
-// attempt started, or every one returned NoEffect in time.
-func (x *execution) hadNoEffect() bool {
-	return x.attempts == 0 || x.noEffects == x.attempts
 }
 
 func (x *execution) writeBudget(req store.BudgetRequest) {

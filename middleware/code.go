@@ -72,6 +72,14 @@ const (
 	// CodeBudgetUnavailable: the budget store failed; nothing ran.
 	// Retryable.
 	CodeBudgetUnavailable
+	// CodeApprovalStale: the capability's preview of the effect, computed
+	// again at resume, differs from the one approved (the state changed);
+	// nothing ran and nothing was consumed.
+	CodeApprovalStale
+	// CodePreviewUnavailable: the capability's preview function failed;
+	// nothing was requested or ran. Retryable, unless the preview was
+	// oversize (an application bug).
+	CodePreviewUnavailable
 	numCodes
 )
 
@@ -103,6 +111,8 @@ var codeNames = [numCodes]string{
 	CodeIdempotencyQuotaExceeded: "IDEMPOTENCY_QUOTA_EXCEEDED",
 	CodeBudgetExceeded:           "BUDGET_EXCEEDED",
 	CodeBudgetUnavailable:        "BUDGET_UNAVAILABLE",
+	CodeApprovalStale:            "APPROVAL_STALE",
+	CodePreviewUnavailable:       "PREVIEW_UNAVAILABLE",
 }
 
 // String returns the code's wire name, for example "TIMEOUT".
@@ -128,7 +138,7 @@ func parseCode(s string) (Code, bool) {
 func (c Code) retryable() bool {
 	switch c {
 	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable, CodeAuditUnavailable,
-		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable, CodeBudgetUnavailable:
+		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable, CodeBudgetUnavailable, CodePreviewUnavailable:
 		return true
 	}
 	return false

@@ -56,8 +56,13 @@
 //     reserve the call's amount on each, or refuse (BUDGET_EXCEEDED), or
 //     require an approval.
 //  3. Approval gate, for capabilities (or policies, or budgets) that
-//     require one; the approved resume of a budget that required it
-//     reserves past the limit, an overdraft.
+//     require one: a call without an approval id requests one; a call with
+//     one consumes it, atomically. A capability with a Preview has it
+//     computed at both: the record keeps its text and the digest of its
+//     state, and the consumption checks that the state is still the
+//     approved one (APPROVAL_STALE otherwise). The approved resume of a
+//     budget that required approval reserves past the limit, an
+//     overdraft.
 //  4. Start: emit capability.started (with the budget nearest its limit).
 //  5. Attempts: each attempt runs on its own goroutine under the caller's
 //     context plus its own timeout. The engine returns when the handler
@@ -82,6 +87,25 @@
 // and approval through [ExecutionFromContext]. The idempotency key is stable
 // across runtime retries and unique across executions: pass it to the
 // system where the effect lives. Exactly-once effects are not promised.
+//
+// # What the approver sees is what runs
+//
+// A capability's Preview ([Capability].Preview, or [WithPreview] for one
+// declared by method options) computes from the server's state the
+// effect a call would have: its Text is what approvers see first, and the
+// approval is bound to the digest of its State. A resume whose preview
+// computes another State is refused APPROVAL_STALE: nothing runs, nothing
+// is consumed, and the record stays approved. The preview, the
+// consumption and the handler's write are not one atomic step, so the
+// handler makes its write conditional on [Execution].ApprovedState in its
+// own transaction, and returns [NoEffect] when it finds the state changed:
+// the approval goes back to approved.
+//
+//	x, _ := middleware.ExecutionFromContext(ctx)
+//	// UPDATE orders SET … WHERE id = $1 AND version = $approved
+//	if rows == 0 {
+//		return nil, middleware.NoEffect(errOrderChanged)
+//	}
 //
 // # Inline: no hand-off, for handlers that honour their context
 //
@@ -145,9 +169,9 @@
 // error in SQLSTATE class 22), and the engine splits the batch until that
 // record is alone; only that record's call fails, or, for a record
 // nobody waits for, it is counted as dropped ([Engine.Stats]). A
-// transient failure keeps a BatchAuditSink's queued records for the next
-// write. A record whose call gave up waiting is never written, and a
-// queue that falls behind refuses new calls at once.
+// transient failure keeps the queued records for the next write, once the
+// sink is back. A record whose call gave up waiting is never written, and
+// a queue that falls behind refuses new calls at once.
 //
 // # Testing
 //

@@ -110,6 +110,7 @@ type execution struct {
 	hidden         bool   // stage 2.0 answered it as absent
 	approvalID     string
 	approval       *store.ConsumedApproval
+	preview        previewed
 	consumed       bool   // an approval was consumed: its outcome is recorded
 	keyed          *keyed // the caller's key or a dedup window, when the engine stores results
 	streaming      bool
@@ -135,9 +136,10 @@ type execution struct {
 	// hints are what an envelope asking for a decision tells (hints.go).
 	hints approvalHints
 	// spends are what the execution did with each budget of its
-	// capability (budget.go); noEffects counts the attempts that returned
-	// NoEffect in time.
-	spends    []spend
+	// capability (budget.go).
+	spends []spend
+	// noEffects counts the attempts that returned NoEffect in time
+	// (noeffect.go).
 	noEffects int
 }
 
@@ -632,18 +634,6 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	return nil, x.contextError(a)
 }
 
-// took takes the result of an attempt that returned in time, noting
-// whether the handler declared it had no effect (NoEffect), whose mark the
-// rest of the engine never sees.
-func (x *execution) took(a *attempt) attemptResult {
-	r := a.result()
-	var none bool
-	if r.err, none = withoutEffect(r.err); none {
-		x.noEffects++
-	}
-	return r
-}
-
 // runInline runs an attempt of an Inline capability on the Execute
 // goroutine, and so waits for its handler however late it returns: the
 // attempt is never abandoned. A result returned after the attempt's
@@ -840,6 +830,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 		env.RetryAfter = err.retryAfter
 		x.hint(&env)
 	}
+	x.settleBudgets()
 	x.settleNoEffect()
 	if x.consumed {
 		x.recordOutcome(code)

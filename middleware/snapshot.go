@@ -34,6 +34,7 @@ type snapshotCapability struct {
 	Exposure    []string         `json:"exposure"`
 	Dedup       string           `json:"dedup"`
 	Budgets     []snapshotBudget `json:"budgets"`
+	Preview     bool             `json:"preview"`
 	ToolName    string           `json:"toolName"`
 	Description string           `json:"description"`
 }
@@ -72,11 +73,13 @@ type snapshotApproval struct {
 //
 // Format, version 1: {"version": 1, "policies": [names], "capabilities":
 // [{"procedure", "sideEffect", "risk", "idempotent", "streaming",
-// "inline", "timeout", "retry": {"maxRetries", "backoff"}, "approval": {"required",
-// "type", "quorum", "expiresIn"}, "exposure": ["rpc"|"http"|"mcp"],
-// "dedup", "budgets": [{"name", "limit", "window", "per", "amount",
-// "over"}], "toolName", "description"}]}; budgets sorted by name;
-// durations as Go writes them ("1m30s"), "0s" for none.
+// "inline", "timeout", "retry": {"maxRetries", "backoff"}, "approval":
+// {"required", "type", "quorum", "expiresIn"}, "exposure":
+// ["rpc"|"http"|"mcp"], "dedup", "budgets": [{"name", "limit", "window",
+// "per", "amount", "over"}], "preview", "toolName", "description"}]};
+// budgets sorted by name; "preview" says whether the capability has a
+// Preview, which descriptors cannot carry; durations as Go writes them
+// ("1m30s"), "0s" for none.
 func (e *Engine) WriteSnapshot(w io.Writer) error {
 	s := snapshot{Version: snapshotVersion, Policies: []string{}, Capabilities: []snapshotCapability{}}
 	for _, np := range e.cfg.policies {
@@ -106,6 +109,7 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 			Exposure:    exposure,
 			Dedup:       duration(c.Dedup),
 			Budgets:     snapshotBudgets(c.Budgets),
+			Preview:     c.Preview != nil,
 			ToolName:    c.ToolName,
 			Description: c.Description,
 		})

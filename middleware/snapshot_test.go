@@ -68,6 +68,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
       ],
       "dedup": "1m0s",
       "budgets": [],
+      "preview": false,
       "toolName": "get",
       "description": ""
     },
@@ -112,6 +113,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
           "over": "require_approval"
         }
       ],
+      "preview": false,
       "toolName": "",
       "description": "Refund <an> order & more"
     }

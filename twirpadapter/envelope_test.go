@@ -124,6 +124,8 @@ func TestCodesOnTheWire(t *testing.T) {
 		middleware.CodeIdempotencyQuotaExceeded: twirp.ResourceExhausted,
 		middleware.CodeBudgetExceeded:           twirp.ResourceExhausted,
 		middleware.CodeBudgetUnavailable:        twirp.Unavailable,
+		middleware.CodeApprovalStale:            twirp.FailedPrecondition,
+		middleware.CodePreviewUnavailable:       twirp.Unavailable,
 	}
 	for c := middleware.CodeOK + 1; !strings.HasPrefix(c.String(), "Code("); c++ {
 		if _, ok := want[c]; !ok {

@@ -65,7 +65,15 @@ type report struct {
 	MCPAsk    result
 	MCPLink   string
 	MCPResume result
-	// Loop is carol's agent refunding 450.00 EUR orders in a loop until the
+	// StaleAsk is a refund of order 77 the manager approved as its preview
+	// showed it (StaleText); Stale the resume after the order was partly
+	// refunded elsewhere; FreshAsk the new request with its new preview
+	// (FreshText), Fresh its approved resume and FreshAgain a second one;
+	// StaleRefunds the gateway's refunds before and after the stale resume.
+	StaleAsk, Stale, FreshAsk, Fresh, FreshAgain result
+	StaleText, FreshText                         string
+	StaleRefunds                                 [2]int
+	// Loop is carol's agent refunding 400.00 EUR orders in a loop until the
 	// refunds budget stops it: Escalated is the refund that would pass the
 	// budget and waits for a manager, Overdraft its approved resume.
 	// Emails are her agent's emails, the last refused by the emails budget
@@ -157,6 +165,11 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 	a.title("   ...resuming again is refused: an approval is consumed at most once")
 	r.ResumeAgain = a.show(unary(ctx, a.client.RefundOrder, big, r.AskApproval.ApprovalID))
 
+	a.title("5b. What the approver sees is what runs: the approval is bound to the order as the manager saw it")
+	if err := a.stale(ctx, &r, approve); err != nil {
+		return r, err
+	}
+
 	a.title("6. The model calls the refund of step 3 again: a NEW execution, refused by the business rule")
 	r.Reinvocation = a.show(unary(ctx, a.client.RefundOrder, &ordersv1.RefundOrderRequest{OrderId: "44", AmountCents: 50_00, Reason: "damaged"}, ""))
 	fmt.Fprintf(a.out, "   step 3 ran as %s, this call as %s\n", r.Refund.ExecutionID, r.Reinvocation.ExecutionID)
@@ -192,16 +205,16 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 	return r, nil
 }
 
-// budgets plays an agent working for carol that loops: refunds of 450.00
-// EUR, each under the approval threshold, until the refunds budget (2,000.00
+// budgets plays an agent working for carol that loops: refunds of 400.00
+// EUR, none over the approval threshold, until the refunds budget (2,500.00
 // EUR a day per person) would pass its limit and the next refund waits for
 // a manager; then emails, until the emails budget (3 an hour per person)
 // refuses with Retry-After.
 func (a *scriptedAgent) budgets(ctx context.Context, r *report, approve approver) error {
 	carol := ordersv1connect.NewOrderServiceClient(http.DefaultClient, a.s.url, connect.WithInterceptors(bearer("carol-agent-token")))
-	a.title("11. An agent loops small refunds for carol: each under the approval threshold, together past the refunds budget")
-	for _, order := range []string{"51", "52", "53", "54", "55"} {
-		req := &ordersv1.RefundOrderRequest{OrderId: order, AmountCents: 450_00, Reason: "goodwill"}
+	a.title("11. An agent loops small refunds for carol: none over the approval threshold, together past the refunds budget")
+	for _, order := range []string{"51", "52", "53", "54", "55", "56", "57"} {
+		req := &ordersv1.RefundOrderRequest{OrderId: order, AmountCents: 400_00, Reason: "goodwill"}
 		res := a.show(unary(ctx, carol.RefundOrder, req, ""))
 		if res.Code == middleware.CodeOK {
 			r.Loop = append(r.Loop, res)
@@ -243,6 +256,40 @@ func (a *scriptedAgent) budgets(ctx context.Context, r *report, approve approver
 	left, err = a.s.eng.Budget(ctx, "emails", carolsAgent)
 	r.Emailed = 3 - left
 	return err
+}
+
+// stale asks for a refund of order 77, which the manager approves as its
+// preview shows it; the order is partly refunded elsewhere before the
+// agent resumes, so the resume is refused APPROVAL_STALE and nothing runs;
+// the agent asks again, the manager sees the refund as the order is now,
+// approves, and it runs once.
+func (a *scriptedAgent) stale(ctx context.Context, r *report, approve approver) error {
+	refund := &ordersv1.RefundOrderRequest{OrderId: "77", AmountCents: 420_00, Reason: "wrong colour"}
+	ask := func(what string) (result, string, error) {
+		res := a.show(unary(ctx, a.client.RefundOrder, refund, ""))
+		rec, err := a.s.eng.Get(ctx, res.ApprovalID)
+		if err != nil {
+			return res, "", fmt.Errorf("%s: %w", what, err)
+		}
+		return res, rec.PreviewText, approve(ctx, res.ApprovalID)
+	}
+	var err error
+	if r.StaleAsk, r.StaleText, err = ask("the first request"); err != nil {
+		return err
+	}
+	a.title("   ...before the agent resumes, the support desk refunds 80.00 EUR of order 77 by hand")
+	a.s.svc.RefundElsewhere("77", 80_00)
+	r.StaleRefunds[0] = a.s.svc.Gateway.Refunds()
+	r.Stale = a.show(unary(ctx, a.client.RefundOrder, refund, r.StaleAsk.ApprovalID))
+	r.StaleRefunds[1] = a.s.svc.Gateway.Refunds()
+	fmt.Fprintf(a.out, "   the gateway applied %d refund(s) for the stale resume; the approval stays approved, bound to the order as it was\n", r.StaleRefunds[1]-r.StaleRefunds[0])
+	a.title("   ...the agent asks again: a new request, showing the order as it is now; approved, it runs once")
+	if r.FreshAsk, r.FreshText, err = ask("the fresh request"); err != nil {
+		return err
+	}
+	r.Fresh = a.show(unary(ctx, a.client.RefundOrder, refund, r.FreshAsk.ApprovalID))
+	r.FreshAgain = a.show(unary(ctx, a.client.RefundOrder, refund, r.FreshAsk.ApprovalID))
+	return nil
 }
 
 // keyedRefund refunds order 42 under the agent's own Idempotency-Key; the

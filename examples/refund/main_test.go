@@ -119,6 +119,23 @@ func checkStory(t *testing.T, r report) {
 	if !hasEvent(r.Resume.Events, middleware.EventApprovalConsumed) || !hasEvent(r.AskApproval.Events, middleware.EventApprovalRequested) {
 		t.Error("the approval steps are missing from the audit trail")
 	}
+	// 5b. The manager approved the refund of order 77 as it was; once it
+	// was partly refunded elsewhere, the resume is refused stale and
+	// nothing runs; the fresh request shows the order as it is, and runs
+	// once.
+	if r.StaleText != "refund 420.00 EUR of order 77 to card ****1234 (paid 500.00 EUR)" || r.StaleAsk.Code != middleware.CodeApprovalRequired {
+		t.Errorf("the first request of order 77: %+v, preview %q", r.StaleAsk, r.StaleText)
+	}
+	if r.Stale.Code != middleware.CodeApprovalStale || len(r.Stale.Runs) != 0 || r.StaleRefunds[0] != r.StaleRefunds[1] ||
+		!hasEvent(r.Stale.Events, middleware.EventApprovalStale) || hasEvent(r.Stale.Events, middleware.EventApprovalConsumed) {
+		t.Errorf("the stale resume: %+v, gateway refunds %v", r.Stale, r.StaleRefunds)
+	}
+	if r.FreshAsk.ApprovalID == r.StaleAsk.ApprovalID || r.FreshText != "refund 420.00 EUR of order 77 to card ****1234 (paid 500.00 EUR, 80.00 EUR refunded already)" {
+		t.Errorf("the fresh request: %+v, preview %q", r.FreshAsk, r.FreshText)
+	}
+	if r.Fresh.Code != middleware.CodeOK || len(r.Fresh.Runs) != 1 || r.FreshAgain.Code != middleware.CodeApprovalConsumed || len(r.FreshAgain.Runs) != 0 {
+		t.Errorf("the fresh approval runs once: %+v, then %+v", r.Fresh, r.FreshAgain)
+	}
 	// 6. A re-invocation is a new execution, refused by the business rule.
 	if r.Reinvocation.Code != middleware.CodeExecutionFailed || r.Reinvocation.ExecutionID == r.Refund.ExecutionID || r.GatewayRefunds != 1 {
 		t.Errorf("re-invocation: %+v", r.Reinvocation)
@@ -165,24 +182,24 @@ func checkStory(t *testing.T, r report) {
 	if r.CheckExit != 1 || !strings.Contains(r.Check, "widening  /orders.v1.OrderService/CancelOrder  exposed on mcp") || !strings.Contains(r.Check, "1 widening, 0 narrowing, 0 neutral") {
 		t.Errorf("check exited %d:\n%s", r.CheckExit, r.Check)
 	}
-	// 11. Carol's loop: four refunds of 450.00 fit her 2,000.00 a day; the
-	// fifth would pass it and waits for a manager, the reason naming the
+	// 11. Carol's loop: six refunds of 400.00 fit her 2,500.00 a day; the
+	// seventh would pass it and waits for a manager, the reason naming the
 	// budget; approved, it runs as an overdraft, on the started event too.
-	if len(r.Loop) != 4 || r.Escalated.Code != middleware.CodeApprovalRequired || len(r.Escalated.Runs) != 0 ||
+	if len(r.Loop) != 6 || r.Escalated.Code != middleware.CodeApprovalRequired || len(r.Escalated.Runs) != 0 ||
 		!hasEvent(r.Escalated.Events, middleware.EventBudgetExceeded) {
 		t.Errorf("the loop: %d refunds, then %+v", len(r.Loop), r.Escalated)
 	}
-	for _, want := range []string{`budget "refunds"`, "spends 45000", "180000 of its limit of 200000"} {
+	for _, want := range []string{`budget "refunds"`, "spends 40000", "240000 of its limit of 250000"} {
 		if !strings.Contains(r.EscalationReason, want) {
 			t.Errorf("the escalated approval's reason %q lacks %q", r.EscalationReason, want)
 		}
 	}
-	if r.Overdraft.Code != middleware.CodeOK || len(r.Overdraft.Runs) != 1 || r.RefundsLeft != -250_00 {
+	if r.Overdraft.Code != middleware.CodeOK || len(r.Overdraft.Runs) != 1 || r.RefundsLeft != -300_00 {
 		t.Errorf("the approved overdraft: %+v, %d left", r.Overdraft, r.RefundsLeft)
 	}
 	if i := slices.IndexFunc(r.Overdraft.Events, func(e middleware.Event) bool { return e.Type == middleware.EventStarted }); i < 0 ||
-		r.Overdraft.Events[i].Budget != "refunds" || r.Overdraft.Events[i].Spent != 2_250_00 || r.Overdraft.Events[i].Limit != 2_000_00 {
-		t.Errorf("the overdraft's started event must show 2250.00 spent of 2000.00: %+v", r.Overdraft.Events)
+		r.Overdraft.Events[i].Budget != "refunds" || r.Overdraft.Events[i].Spent != 2_800_00 || r.Overdraft.Events[i].Limit != 2_500_00 {
+		t.Errorf("the overdraft's started event must show 2800.00 spent of 2500.00: %+v", r.Overdraft.Events)
 	}
 	// 12. Her emails: three sent, the fourth refused with Retry-After.
 	if len(r.Emails) != 4 || r.Emails[3].Code != middleware.CodeBudgetExceeded || len(r.Emails[3].Runs) != 0 ||
@@ -201,10 +218,10 @@ func checkStory(t *testing.T, r report) {
 
 // checkPostgresTrail checks that the strict audit sink kept the story's
 // trail (every execution starts with capability.requested, each of the
-// three approvals, the Connect refund's, the MCP refund's and carol's
-// overdraft's, was consumed once, and the budgets the story exceeds are
-// there) and that the keyed refund's result and the budgets are stored in
-// PostgreSQL.
+// four approvals that ran, the Connect refunds', the MCP refund's and
+// carol's overdraft's, was consumed once, and the budgets the story
+// exceeds are there) and that the keyed refund's result and the budgets
+// are stored in PostgreSQL.
 func checkPostgresTrail(t *testing.T, url string) {
 	t.Helper()
 	ctx := context.Background()
@@ -220,8 +237,8 @@ func checkPostgresTrail(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if executions == 0 || requested != executions || consumed != 3 || exceeded < 3 {
-		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions, %d budgets exceeded; want one requested per execution, three consumptions, and the budgets the story exceeds", executions, requested, consumed, exceeded)
+	if executions == 0 || requested != executions || consumed != 4 || exceeded < 3 {
+		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions, %d budgets exceeded; want one requested per execution, four consumptions, and the budgets the story exceeds", executions, requested, consumed, exceeded)
 	}
 	var reservations int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM agentsafe.budget_reservations`).Scan(&reservations); err != nil {

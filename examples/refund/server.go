@@ -68,6 +68,10 @@ func newServer(st stores, opts ...middleware.Option) (*server, error) {
 		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
 		// Envelopes asking for a decision link to it in the console.
 		middleware.WithApprovalURL(func(id string) string { return approvalconsole.Link(s.url + "/console")(id) }),
+		// What the manager approves is the refund as the order is: the
+		// approval is bound to the order's version, and a resume after
+		// the order changed is refused APPROVAL_STALE.
+		middleware.WithPreview(ordersv1connect.OrderServiceRefundOrderProcedure, s.svc.PreviewRefund),
 	}, opts...)...)
 	if err != nil {
 		return nil, err
@@ -233,6 +237,11 @@ func call[Req, Res any](ctx context.Context, req *connect.Request[Req], f func(c
 		// A refusal that had no effect: what it reserved on the refunds
 		// budget is given back.
 		return nil, middleware.NoEffect(connect.NewError(connect.CodeFailedPrecondition, err))
+	case errors.Is(err, orders.ErrOrderChanged):
+		// The conditional write found the order changed: nothing was
+		// refunded, the approval goes back and so does what the refund
+		// reserved on its budget (NoEffect).
+		return nil, middleware.NoEffect(connect.NewError(connect.CodeAborted, err))
 	case errors.Is(err, orders.ErrNotFound):
 		return nil, connect.NewError(connect.CodeNotFound, err)
 	}

@@ -39,7 +39,7 @@ type OrderServiceClient interface {
 	// deduplicates by idempotency key, so it is declared idempotent and may
 	// be retried once. Refunds over the threshold need a manager's approval
 	// (a condition the server applies per call), and so does a refund that
-	// would take the refunds of one person's day past 2,000.00 EUR, however
+	// would take the refunds of one person's day past 2,500.00 EUR, however
 	// small: a loop of small refunds cannot do what no single one may.
 	RefundOrder(ctx context.Context, in *RefundOrderRequest, opts ...grpc.CallOption) (*RefundOrderResponse, error)
 	// CancelOrder cancels an order for good: always approved first. It is
@@ -122,7 +122,7 @@ type OrderServiceServer interface {
 	// deduplicates by idempotency key, so it is declared idempotent and may
 	// be retried once. Refunds over the threshold need a manager's approval
 	// (a condition the server applies per call), and so does a refund that
-	// would take the refunds of one person's day past 2,000.00 EUR, however
+	// would take the refunds of one person's day past 2,500.00 EUR, however
 	// small: a loop of small refunds cannot do what no single one may.
 	RefundOrder(context.Context, *RefundOrderRequest) (*RefundOrderResponse, error)
 	// CancelOrder cancels an order for good: always approved first. It is
