@@ -17,3 +17,14 @@ func WithPinnedClock(now func() time.Time) RedisOption {
 
 // Keys are the Redis keys of a budget key in s.
 func Keys(s *Redis, key string) []string { return s.keys(key) }
+
+// Held is how many executions the memory store indexes for key, and how
+// many reservations it keeps for it.
+func Held(m *Memory, key string) (held, ring int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.keys[key]; l != nil {
+		return len(l.held), l.n
+	}
+	return 0, 0
+}

@@ -67,8 +67,32 @@ func TestMemoryMatchesAModel(t *testing.T) {
 		return s
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
+	var seen []res // every execution that reserved, for repeats
 	for i := range 2000 {
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
+		case op >= 10 && len(seen) > 0: // a repeat: the same reservation while it counts, else a new one
+			r := seen[rng.IntN(len(seen))]
+			j := slices.IndexFunc(model, func(m res) bool { return m.exe == r.exe })
+			before := spent()
+			got, err := m.Reserve(t.Context(), store.BudgetRequest{Key: key, ExecutionID: r.exe, Amount: r.amount, Limit: limit, Window: window})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j >= 0 && c.Now().Before(model[j].at.Add(window)) {
+				if !got.Reserved || got.Spent != before {
+					t.Fatalf("step %d: a repeat of a counted reservation: %+v on %d spent", i, got, before)
+				}
+				break
+			}
+			if j >= 0 {
+				model = slices.Delete(model, j, j+1)
+			}
+			if fits := before+r.amount <= limit; got.Reserved != fits {
+				t.Fatalf("step %d: a repeat of %s, no longer counted: %+v on %d spent", i, r.exe, got, before)
+			}
+			if got.Reserved {
+				model = append(model, res{r.exe, r.amount, c.Now()})
+			}
 		case op < 6:
 			exe, amount := fmt.Sprintf("exe_%d", i), rng.Int64N(20)
 			before := spent()
@@ -81,6 +105,7 @@ func TestMemoryMatchesAModel(t *testing.T) {
 			}
 			if got.Reserved {
 				model = append(model, res{exe, amount, c.Now()})
+				seen = append(seen, res{exe, amount, c.Now()})
 			}
 		case op < 8 && len(model) > 0:
 			j := rng.IntN(len(model))
@@ -95,6 +120,9 @@ func TestMemoryMatchesAModel(t *testing.T) {
 		u, err := m.Read(t.Context(), key, window)
 		if err != nil || u.Spent != spent() {
 			t.Fatalf("step %d: Read %+v (%v), want %d spent", i, u, err, spent())
+		}
+		if held, ring := budgetstore.Held(m, key); held > 2*ring+17 {
+			t.Fatalf("step %d: %d executions indexed for %d reservations: the index keeps what aged out", i, held, ring)
 		}
 	}
 }

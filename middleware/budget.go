@@ -234,7 +234,9 @@ func (x *execution) reserveBudgets() ([]string, *Error) {
 	if budgets == nil { // New refuses this; never trust that it ran
 		return nil, &Error{Code: CodeBudgetUnavailable, Message: "the capability has budgets, but this engine has no budget store (WithBudgetStore)", Retryable: true}
 	}
-	x.spends = make([]spend, len(rules))
+	if x.spends = x.spend1[:]; len(rules) > 1 {
+		x.spends = make([]spend, len(rules))
+	}
 	var reasons []string
 	for i, r := range rules {
 		n, err := x.amountOf(i, r)

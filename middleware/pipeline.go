@@ -136,8 +136,10 @@ type execution struct {
 	// hints are what an envelope asking for a decision tells (hints.go).
 	hints approvalHints
 	// spends are what the execution did with each budget of its
-	// capability (budget.go).
+	// capability (budget.go); a capability's only budget lives in spend1,
+	// one allocation less.
 	spends []spend
+	spend1 [1]spend
 	// noEffects counts the attempts that returned NoEffect in time
 	// (noeffect.go).
 	noEffects int
