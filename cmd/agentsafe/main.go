@@ -59,10 +59,13 @@ const (
 const usage = `usage:
   agentsafe snapshot --descriptors set.binpb [--descriptors more.binpb] [--registry reg.json]
   agentsafe check OLD NEW
+  agentsafe audit verify --file TRAIL.jsonl | --postgres URL [--pubkey KEY.pem] [--checkpoint KEPT.jsonl]
 
 snapshot writes the JSON inventory of the capabilities the descriptor sets
 and the registry file declare; check compares two inventories and exits 1
-when the second widens what agents can reach, 2 on a usage or input error.
+when the second widens what agents can reach, 2 on a usage or input error;
+audit verify checks an audit trail's hash chains and exits 1 when it was
+tampered with (agentsafe audit verify -h for more).
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -75,6 +78,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return snapshotCommand(args[1:], stdout, stderr)
 	case "check":
 		return checkCommand(args[1:], stdout, stderr)
+	case "audit":
+		return auditCommand(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -1,0 +1,323 @@
+package auditchain
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentsafe/agentsafe/middleware"
+)
+
+// Field is one field of a stored record. The fields are numbered in the
+// order of their names, which is the order RFC 8785 writes them in, so a
+// record is written by walking them once.
+type Field uint8
+
+// The fields of a record, in name order. Type, Time, ExecutionID and
+// Procedure are present on every event record; the others only when they
+// hold something (PostgreSQL stores NULL for them otherwise). A
+// checkpoint record has Chain, ChainSeq, Prev, Time and Type.
+const (
+	ActorID Field = iota
+	ActorTenant
+	ApprovalID
+	ApproverID
+	ApproverTenant
+	Attempt
+	Attempts
+	Chain
+	ChainSeq
+	Code
+	Comment
+	DurationUS
+	Error
+	ExecutionID
+	InputDigest
+	Prev
+	PreviousErrorCode
+	Procedure
+	Reason
+	ReplayOf
+	Retryable
+	Risk
+	SideEffect
+	Stack
+	Succeeded
+	Time
+	Type
+	numFields
+)
+
+// kind is how a field's value is written.
+type kind uint8
+
+const (
+	kString kind = iota
+	kInt
+	kBool
+	kTime
+)
+
+var fields = [numFields]struct {
+	name string
+	kind kind
+}{
+	ActorID:           {"actor_id", kString},
+	ActorTenant:       {"actor_tenant", kString},
+	ApprovalID:        {"approval_id", kString},
+	ApproverID:        {"approver_id", kString},
+	ApproverTenant:    {"approver_tenant", kString},
+	Attempt:           {"attempt", kInt},
+	Attempts:          {"attempts", kInt},
+	Chain:             {"chain", kString},
+	ChainSeq:          {"chain_seq", kInt},
+	Code:              {"code", kString},
+	Comment:           {"comment", kString},
+	DurationUS:        {"duration_us", kInt},
+	Error:             {"error", kString},
+	ExecutionID:       {"execution_id", kString},
+	InputDigest:       {"input_digest", kString},
+	Prev:              {"prev", kString},
+	PreviousErrorCode: {"previous_error_code", kString},
+	Procedure:         {"procedure", kString},
+	Reason:            {"reason", kString},
+	ReplayOf:          {"replay_of", kString},
+	Retryable:         {"retryable", kBool},
+	Risk:              {"risk", kString},
+	SideEffect:        {"side_effect", kString},
+	Stack:             {"stack", kString},
+	Succeeded:         {"succeeded", kBool},
+	Time:              {"time", kTime},
+	Type:              {"type", kString},
+}
+
+// Name is the field's name in a stored record.
+func (f Field) Name() string { return fields[f].name }
+
+// The members a line carries besides the record's fields: they are not
+// hashed (the hash cannot cover itself, and a checkpoint's signature is
+// over its hash).
+const (
+	hashName      = "hash"
+	signatureName = "signature"
+)
+
+// CheckpointType is the type of a checkpoint record.
+const CheckpointType = "audit.checkpoint"
+
+// TimeLayout is how a record's time is written: RFC 3339 in UTC with
+// exactly six fractional digits, PostgreSQL's precision.
+const TimeLayout = "2006-01-02T15:04:05.000000Z"
+
+// Record is one audit record as a durable sink stores it: each field
+// absent or holding a value, in the form it is read back (times at
+// microsecond precision, strings as stored).
+type Record struct {
+	set  uint32
+	strs [numFields]string
+	ints [numFields]int64
+	time time.Time
+}
+
+// Has reports whether f is present.
+func (r *Record) Has(f Field) bool { return r.set&(1<<f) != 0 }
+
+// Del makes f absent.
+func (r *Record) Del(f Field) { r.set &^= 1 << f }
+
+// SetString sets the string field f to s, present even when empty.
+func (r *Record) SetString(f Field, s string) { r.strs[f] = s; r.set |= 1 << f }
+
+// SetInt sets the integer field f.
+func (r *Record) SetInt(f Field, n int64) { r.ints[f] = n; r.set |= 1 << f }
+
+// SetBool sets the boolean field f.
+func (r *Record) SetBool(f Field, b bool) {
+	r.ints[f] = 0
+	if b {
+		r.ints[f] = 1
+	}
+	r.set |= 1 << f
+}
+
+// SetTime sets the record's time, truncated to microseconds, in UTC.
+func (r *Record) SetTime(t time.Time) { r.time = StoredTime(t); r.set |= 1 << Time }
+
+// String returns the string field f ("" when absent).
+func (r *Record) String(f Field) string { return r.strs[f] }
+
+// Int returns the integer field f (0 when absent).
+func (r *Record) Int(f Field) int64 { return r.ints[f] }
+
+// Bool returns the boolean field f (false when absent).
+func (r *Record) Bool(f Field) bool { return r.ints[f] != 0 }
+
+// TimeValue returns the record's time (the zero time when absent).
+func (r *Record) TimeValue() time.Time { return r.time }
+
+// StoredTime is t as PostgreSQL stores a timestamptz: truncated to
+// microseconds, in UTC.
+func StoredTime(t time.Time) time.Time { return t.Truncate(time.Microsecond).UTC() }
+
+// setNonEmpty sets the string field f when s is not empty: what the
+// PostgreSQL sink stores as NULL is absent.
+func (r *Record) setNonEmpty(f Field, s string) {
+	if s != "" {
+		r.SetString(f, s)
+	}
+}
+
+// FromEvent returns the record of e as the durable sinks store it: the
+// strings escaped where they must be, what the PostgreSQL sink stores as
+// NULL absent, times and durations at microsecond precision.
+func FromEvent(e middleware.Event) Record {
+	var r Record
+	r.SetString(Type, string(e.Type))
+	r.SetTime(e.Time)
+	r.SetString(ExecutionID, e.ExecutionID)
+	r.SetString(Procedure, e.Procedure)
+	r.setNonEmpty(ActorID, e.Actor.ID)
+	r.setNonEmpty(ActorTenant, e.Actor.Tenant)
+	r.setNonEmpty(InputDigest, e.InputDigest)
+	if e.SideEffect != middleware.SideEffectUnspecified {
+		r.SetString(SideEffect, e.SideEffect.String())
+	}
+	r.setNonEmpty(Risk, e.Risk.String())
+	if e.Attempt != 0 {
+		r.SetInt(Attempt, int64(int32(e.Attempt)))
+	}
+	if e.Attempts != 0 {
+		r.SetInt(Attempts, int64(int32(e.Attempts)))
+	}
+	if e.PreviousErrorCode != middleware.CodeOK {
+		r.SetString(PreviousErrorCode, e.PreviousErrorCode.String())
+	}
+	if e.Code != middleware.CodeOK {
+		r.SetString(Code, e.Code.String())
+		r.SetBool(Retryable, e.Retryable)
+	}
+	if us := e.Duration / time.Microsecond; us != 0 {
+		r.SetInt(DurationUS, int64(us))
+	}
+	r.setNonEmpty(ApprovalID, e.ApprovalID)
+	r.setNonEmpty(ApproverID, e.Approver.ID)
+	r.setNonEmpty(ApproverTenant, e.Approver.Tenant)
+	r.setNonEmpty(Comment, e.Comment)
+	r.setNonEmpty(Reason, e.Reason)
+	if e.Type == middleware.EventAbandonedResult {
+		r.SetBool(Succeeded, e.Succeeded)
+	}
+	r.setNonEmpty(Error, e.Error)
+	r.setNonEmpty(Stack, e.Stack)
+	r.setNonEmpty(ReplayOf, e.ReplayOf)
+	return r
+}
+
+// encoded is a record's RFC 8785 form and where a line inserts the hash and
+// the signature members: before the first member whose name sorts after
+// theirs (a record always has a type, which sorts after both).
+type encoded struct {
+	canonical     []byte
+	hashAt, sigAt int
+}
+
+// appendCanonical appends the RFC 8785 form of r to dst and says where
+// the hash and signature members go.
+func (r *Record) appendCanonical(dst []byte) ([]byte, encoded) {
+	start := len(dst)
+	hashAt, sigAt := -1, -1
+	dst = append(dst, '{')
+	first := true
+	for f := Field(0); f < numFields; f++ {
+		if !r.Has(f) {
+			continue
+		}
+		name := fields[f].name
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		if hashAt < 0 && name > hashName {
+			hashAt = len(dst) - start
+		}
+		if sigAt < 0 && name > signatureName {
+			sigAt = len(dst) - start
+		}
+		dst = append(dst, '"')
+		dst = append(dst, name...)
+		dst = append(dst, '"', ':')
+		switch fields[f].kind {
+		case kString:
+			dst = appendString(dst, r.strs[f])
+		case kInt:
+			dst = strconv.AppendInt(dst, r.ints[f], 10)
+		case kBool:
+			dst = strconv.AppendBool(dst, r.ints[f] != 0)
+		case kTime:
+			dst = append(dst, '"')
+			dst = r.time.AppendFormat(dst, TimeLayout)
+			dst = append(dst, '"')
+		}
+	}
+	dst = append(dst, '}')
+	return dst, encoded{canonical: dst[start:], hashAt: hashAt, sigAt: sigAt}
+}
+
+// AppendCanonical appends the RFC 8785 form of r to dst: what its hash
+// covers.
+func (r *Record) AppendCanonical(dst []byte) []byte {
+	dst, _ = r.appendCanonical(dst)
+	return dst
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as RFC 8785 writes a string: only the quote, the
+// backslash and the control characters escaped (the latter as \b, \t, \n,
+// \f, \r or \u00xx). Records hold valid UTF-8 (the sinks escape what is
+// not); a byte that is not is written as U+FFFD, so the output is JSON
+// whatever comes in.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r != utf8.RuneError || size != 1 {
+				i += size
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, "\uFFFD"...)
+			i++
+			start = i
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
