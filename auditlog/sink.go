@@ -22,31 +22,32 @@ import (
 //
 // Every record is one line, one JSON object in RFC 8785 form: the event's
 // fields (snake_case, those an event does not use left out), chain,
-// chain_seq, prev and hash. Every 1,000 records, or 10 seconds after the
-// first record a checkpoint does not cover, the sink writes a checkpoint
-// record (see [WithCheckpoints], [WithSigner], [OnCheckpoint]); Close
-// writes a last one.
+// chain_seq, prev and hash. After every 1,000 records, and 10 seconds
+// after the first record no checkpoint covers yet, the sink writes a
+// checkpoint record (see [WithCheckpoints], [WithSigner],
+// [OnCheckpoint]); Close writes a last one.
 //
 // A Sink is safe for concurrent use; its writes are serialized, one Write
 // call per record (or per batch). It never closes the writer.
 type Sink struct {
 	w     io.Writer
-	cfg   config
 	chain *auditchain.Writer
 
 	mu     sync.Mutex
 	closed bool
 	// torn: the last Write stopped inside a line, so the next one starts
 	// with a newline that ends it (the torn line is not part of the chain).
-	torn  bool
-	timer *time.Timer
-	// timerAt is when the timer fires; timerGen tells a callback of a
-	// timer that was replaced from the current one.
+	torn bool
+	// The timer of the checkpoint due by time: it fires at timerAt;
+	// timerGen tells a callback of a timer that was replaced.
+	timer    *time.Timer
 	timerAt  time.Time
 	timerGen uint64
 	sealed   []auditchain.Sealed
 	recs     []auditchain.Record
 	out      []byte
+	// committed is how many of sealed the last write stored.
+	committed int
 	// hook serializes OnCheckpoint calls, in chain order, outside mu.
 	hook sync.Mutex
 
@@ -77,7 +78,7 @@ func New(w io.Writer, opts ...Option) (*Sink, error) {
 	if err := cfg.chain.Check(); err != nil {
 		return nil, fmt.Errorf("auditlog: %w", err)
 	}
-	return &Sink{w: w, cfg: cfg, chain: auditchain.NewWriter(cfg.chain, time.Now())}, nil
+	return &Sink{w: w, chain: auditchain.NewWriter(cfg.chain, time.Now())}, nil
 }
 
 // Chain is the id of the sink's chain.
@@ -87,9 +88,8 @@ func (s *Sink) Chain() string { return s.chain.ID() }
 // It implements middleware.AuditSink.
 func (s *Sink) Record(_ context.Context, e middleware.Event) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.recs = append(s.recs[:0], auditchain.FromEvent(e))
-	return s.writeLocked(s.recs)
+	return s.write(s.recs, false)
 }
 
 // HandleEvent writes e's line; a failure is counted ([Sink.Failed]). It
@@ -113,23 +113,51 @@ func (s *Sink) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.stopTimer()
 	if _, at := s.chain.Due(time.Now()); at.IsZero() {
 		s.closed = true
+		s.stopTimer()
 		s.mu.Unlock()
 		return nil
 	}
-	return s.checkpointLocked(true)
+	s.recs = append(s.recs[:0], auditchain.CheckpointRecord(time.Now()))
+	return s.write(s.recs, true)
 }
 
-// writeLocked seals recs, writes their lines in one Write and commits
-// the records whose lines were written whole; s.mu is held.
+// write seals recs, writes their lines in one Write, commits the records
+// whose lines were written whole, closes the sink when closing, and hands
+// the checkpoints written to the hook. s.mu is held, and released before
+// the hook runs (s.hook keeps the calls in chain order).
+func (s *Sink) write(recs []auditchain.Record, closing bool) error {
+	err := s.writeLocked(recs)
+	var cps []auditchain.Sealed
+	for _, r := range s.sealed[:s.committed] {
+		if r.Record.String(auditchain.Type) == auditchain.CheckpointType {
+			cps = append(cps, r)
+		}
+	}
+	if closing {
+		s.closed = true
+		s.stopTimer()
+	}
+	if cps == nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.hook.Lock()
+	s.mu.Unlock()
+	defer s.hook.Unlock()
+	s.chain.Handoff(cps)
+	return err
+}
+
+// writeLocked does write's writing; s.mu is held.
 func (s *Sink) writeLocked(recs []auditchain.Record) error {
+	s.committed = 0
 	if s.closed {
 		return ErrClosed
 	}
 	now := time.Now()
-	s.sealed = s.chain.Seal(s.sealed[:0], recs, true)
+	s.sealed = s.chain.Seal(s.sealed[:0], recs, true, now)
 	out := s.out[:0]
 	if s.torn {
 		out = append(out, '\n')
@@ -139,18 +167,17 @@ func (s *Sink) writeLocked(recs []auditchain.Record) error {
 	s.out = out
 	n, err := s.w.Write(out)
 	if n < 0 || n > len(out) {
-		n, err = 0, fmt.Errorf("auditlog: the writer reported %d bytes written of %d", n, len(out))
+		n, err = 0, fmt.Errorf("the writer reported %d bytes written of %d", n, len(out))
 	}
 	if n > 0 {
 		s.torn = out[n-1] != '\n'
 	}
-	whole := 0
 	for _, c := range out[min(prefix, n):n] {
 		if c == '\n' {
-			whole++
+			s.committed++
 		}
 	}
-	s.chain.Commit(s.sealed[:whole], now)
+	s.chain.Commit(s.sealed[:s.committed], now)
 	s.schedule(now)
 	if err == nil && n < len(out) {
 		err = io.ErrShortWrite
@@ -161,21 +188,16 @@ func (s *Sink) writeLocked(recs []auditchain.Record) error {
 	return nil
 }
 
-// schedule arms the checkpoint timer: at once when a checkpoint is due,
-// else when the oldest record it would cover is Interval old. The timer's
-// goroutine writes it, never a caller's; s.mu is held.
+// schedule arms the timer of the checkpoint due by time, for when the
+// oldest record no checkpoint covers is Interval old; s.mu is held.
 func (s *Sink) schedule(now time.Time) {
-	due, at := s.chain.Due(now)
-	if due {
-		at = now
-	}
-	if at.IsZero() || s.timer != nil && !at.Before(s.timerAt) {
+	_, at := s.chain.Due(now)
+	if at.IsZero() || s.closed || s.timer != nil && !at.Before(s.timerAt) {
 		return
 	}
 	s.stopTimer()
-	s.timerGen++
 	gen := s.timerGen
-	s.timer, s.timerAt = time.AfterFunc(at.Sub(now), func() { s.checkpointLater(gen) }), at
+	s.timer, s.timerAt = time.AfterFunc(max(at.Sub(now), 0), func() { s.checkpointLater(gen) }), at
 }
 
 // stopTimer disarms the checkpoint timer; s.mu is held.
@@ -195,42 +217,20 @@ func (s *Sink) checkpointLater(gen uint64) {
 		return
 	}
 	s.timer = nil
-	if due, _ := s.chain.Due(time.Now()); !due {
-		s.schedule(time.Now())
+	now := time.Now()
+	if due, _ := s.chain.Due(now); !due {
+		s.schedule(now)
 		s.mu.Unlock()
 		return
 	}
-	_ = s.checkpointLocked(false) // a failed write is tried again: schedule re-arms the timer
-}
-
-// checkpointLocked writes a checkpoint record, closes the sink when
-// closing, re-arms the timer otherwise, and hands the checkpoint to the
-// hook. s.mu is held, and released before the hook runs (s.hook keeps
-// the calls in chain order).
-func (s *Sink) checkpointLocked(closing bool) error {
-	s.recs = append(s.recs[:0], auditchain.CheckpointRecord(time.Now()))
-	err := s.writeLocked(s.recs)
-	var cp []auditchain.Sealed
-	if err == nil {
-		cp = append(cp, s.sealed...)
+	s.recs = append(s.recs[:0], auditchain.CheckpointRecord(now))
+	if s.write(s.recs, false) != nil {
+		// Tried again a second later: the records stay uncovered meanwhile.
+		s.mu.Lock()
+		if !s.closed && s.timer == nil {
+			gen := s.timerGen
+			s.timer, s.timerAt = time.AfterFunc(time.Second, func() { s.checkpointLater(gen) }), now.Add(time.Second)
+		}
+		s.mu.Unlock()
 	}
-	if closing {
-		s.closed = true
-		s.stopTimer()
-	} else if err != nil {
-		s.scheduleRetry()
-	}
-	s.hook.Lock()
-	s.mu.Unlock()
-	defer s.hook.Unlock()
-	s.chain.Handoff(cp)
-	return err
-}
-
-// scheduleRetry arms the timer to try a failed checkpoint again after a
-// second; s.mu is held.
-func (s *Sink) scheduleRetry() {
-	s.stopTimer()
-	gen := s.timerGen
-	s.timer, s.timerAt = time.AfterFunc(time.Second, func() { s.checkpointLater(gen) }), time.Now().Add(time.Second)
 }

@@ -135,18 +135,29 @@ func (w *Writer) Head() (uint64, Hash) { return w.seq, w.head }
 func (w *Writer) SetHead(seq uint64, h Hash) { w.seq, w.head = seq, h }
 
 // Seal gives recs the places after the committed head, in order, and
-// appends them to out. Nothing changes until [Writer.Commit]: a write
-// that fails leaves no gap.
-func (w *Writer) Seal(out []Sealed, recs []Record, lines bool) []Sealed {
-	seq, prev := w.seq, w.head
-	w.scratch, w.lines = w.scratch[:0], w.lines[:0]
+// appends them to out, each followed by a checkpoint record where one is
+// due by count (every Config.Every records, a checkpoint's time being
+// now). Nothing changes until [Writer.Commit]: a write that fails leaves
+// no gap.
+func (w *Writer) Seal(out []Sealed, recs []Record, lines bool, now time.Time) []Sealed {
+	seq, prev, since := w.seq, w.head, w.since
+	w.lines = w.lines[:0]
 	base := len(out)
-	for i := range recs {
+	add := func(r Record) {
 		seq++
-		out = append(out, Sealed{Record: recs[i]})
+		out = append(out, Sealed{Record: r})
 		s := &out[len(out)-1]
 		w.seal(s, seq, prev, lines)
 		prev = s.Hash
+	}
+	for i := range recs {
+		add(recs[i])
+		if recs[i].String(Type) == CheckpointType {
+			since = 0
+		} else if since++; since >= w.cfg.Every {
+			add(CheckpointRecord(now))
+			since = 0
+		}
 	}
 	if lines {
 		w.fixLines(out[base:])

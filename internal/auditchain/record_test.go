@@ -97,7 +97,7 @@ func TestFromEventStoresWhatPostgreSQLReadsBack(t *testing.T) {
 // and returns the lines.
 func sealLines(t *testing.T, n int, signer ed25519.PrivateKey) (*Writer, [][]byte) {
 	t.Helper()
-	w := NewWriter(Config{Signer: signer}, time.Now())
+	w := NewWriter(Config{Signer: signer, Every: 1 << 30}, time.Now())
 	r := rand.New(rand.NewPCG(3, 4))
 	var lines [][]byte
 	for i := range n {
@@ -105,7 +105,7 @@ func sealLines(t *testing.T, n int, signer ed25519.PrivateKey) (*Writer, [][]byt
 		if i%3 == 2 {
 			rec = CheckpointRecord(time.Now())
 		}
-		ss := w.Seal(nil, []Record{rec}, true)
+		ss := w.Seal(nil, []Record{rec}, true, time.Now())
 		lines = append(lines, bytes.Clone(ss[0].Line))
 		w.Commit(ss, time.Now())
 	}

@@ -295,26 +295,7 @@ func (a *analyzer) flush(next *Entry) {
 	a.group = a.group[:0]
 	s := group[0].Seq
 	rep := a.rep
-	if rep.First == 0 {
-		rep.First = s
-	}
-	rep.Last = s
 	linked := s == 1 || a.have && a.prev.seq == s-1
-	if s > a.expect {
-		f := Finding{Kind: Deleted, Chain: rep.Chain, From: a.expect, To: s - 1,
-			Detail: fmt.Sprintf("missing: the trail goes from chain_seq %d to %d", a.expect-1, s)}
-		if a.expect == 1 {
-			f.Detail = fmt.Sprintf("missing: the chain starts at chain_seq %d", s)
-		}
-		rep.note(f)
-		g := gap{chain: rep.Chain, from: a.expect, to: s - 1, afterPrev: group[0].Prev}
-		if a.have {
-			g.before, g.beforeKnown = a.prev.stored, true
-		} else if a.expect == 1 {
-			g.beforeKnown = true // the zero hash
-		}
-		a.v.gaps = append(a.v.gaps, g)
-	}
 	// The record the chain_seq belongs to: the one that fits best.
 	best, bestScore := 0, -1
 	for i := range group {
@@ -326,7 +307,7 @@ func (a *analyzer) flush(next *Entry) {
 		if linked && a.fits(c) {
 			score += 2
 		}
-		if next != nil && next.Seq == s+1 && next.Prev == c.Stored {
+		if a.fitsNext(c, next) {
 			score++
 		}
 		if score > bestScore {
@@ -340,17 +321,26 @@ func (a *analyzer) flush(next *Entry) {
 		c := &group[i]
 		rep.note(Finding{Kind: Inserted, Chain: rep.Chain, From: s, To: s, Pos: c.Pos,
 			Detail: fmt.Sprintf("a second record with chain_seq %d", s)})
-		a.v.strays = append(a.v.strays, stray{chain: rep.Chain, seq: s, pos: c.Pos, prev: c.Prev, stored: c.Stored, kind: Inserted, afterGap: false})
+		a.v.strays = append(a.v.strays, stray{chain: rep.Chain, seq: s, pos: c.Pos, prev: c.Prev, stored: c.Stored, kind: Inserted})
 	}
 	c := &group[best]
+	if c.Problem == "" && !c.ContentOK() && !(linked && a.fits(c)) && !a.fitsNext(c, next) {
+		// Changed, and linked to nothing around it: perhaps a record whose
+		// chain_seq or chain was changed. Set aside: the end decides.
+		a.v.strays = append(a.v.strays, stray{chain: rep.Chain, seq: s, pos: c.Pos, prev: c.Prev, stored: c.Stored,
+			deferred: true, gapFrom: a.expect})
+		return
+	}
+	a.gapBefore(s, c.Prev)
+	if rep.First == 0 {
+		rep.First = s
+	}
+	rep.Last = s
 	switch {
 	case c.Problem != "":
 		rep.note(Finding{Kind: Modified, Chain: rep.Chain, From: s, To: s, Pos: c.Pos, Detail: c.Problem})
 	case !c.ContentOK():
-		rep.note(Finding{Kind: Modified, Chain: rep.Chain, From: s, To: s, Pos: c.Pos,
-			Detail: "its content does not give the hash it carries"})
-		a.v.strays = append(a.v.strays, stray{chain: rep.Chain, seq: s, pos: c.Pos, prev: c.Prev, stored: c.Stored,
-			kind: Modified, afterGap: s > a.expect, gapFrom: a.expect, alone: len(group) == 1})
+		rep.note(Finding{Kind: Modified, Chain: rep.Chain, From: s, To: s, Pos: c.Pos, Detail: detailModified})
 	case linked && !a.fits(c):
 		if s == 1 {
 			rep.note(Finding{Kind: Rewritten, Chain: rep.Chain, From: 1, To: 1, Pos: c.Pos,
@@ -366,25 +356,71 @@ func (a *analyzer) flush(next *Entry) {
 			Detail: fmt.Sprintf("chain_seq %d is stored after chain_seq %d", s-1, s)})
 	}
 	if c.Checkpoint {
-		rep.Checkpoints++
-		if c.ContentOK() {
-			cp := Checkpoint{Chain: rep.Chain, Seq: s, Hash: c.Stored, Time: c.Time, Signature: c.Signature}
-			switch {
-			case len(a.v.keys) > 0 && VerifyCheckpoint(cp, a.v.keys):
-				a.attest(s, "signed")
-			case len(a.v.keys) > 0:
-				from := max(rep.Attested+1, 1)
-				what := "unsigned"
-				if c.Signature != nil {
-					what = "its signature does not verify under the key(s) given"
-				}
-				rep.note(Finding{Kind: BadSignature, Chain: rep.Chain, From: from, To: s, Pos: c.Pos,
-					Detail: fmt.Sprintf("checkpoint at chain_seq %d: %s: chain_seq %s was rewritten, or the checkpoint was signed with another key", s, what, span(from, s))})
-			case c.Signature != nil:
-				rep.SignedUnchecked = true
-			}
-		}
+		a.checkpoint(c)
 	}
+	a.compareKept(c)
+	a.prev = accepted{seq: s, stored: c.Stored, computed: c.Computed, contentOK: c.ContentOK(), pos: c.Pos}
+	a.have = true
+	a.expect = s + 1
+}
+
+const detailModified = "its content does not give the hash it carries"
+
+// fitsNext reports whether next, the first record of the next chain_seq,
+// links to c.
+func (a *analyzer) fitsNext(c, next *Entry) bool {
+	return next != nil && next.Seq == c.Seq+1 && (next.Prev == c.Stored || next.Prev == c.Computed)
+}
+
+// gapBefore notes the chain_seq missing before s, whose record has prev.
+func (a *analyzer) gapBefore(s uint64, prev Hash) {
+	if s <= a.expect {
+		return
+	}
+	rep := a.rep
+	f := Finding{Kind: Deleted, Chain: rep.Chain, From: a.expect, To: s - 1,
+		Detail: fmt.Sprintf("missing: the trail goes from chain_seq %d to %d", a.expect-1, s)}
+	if a.expect == 1 {
+		f.Detail = fmt.Sprintf("missing: the chain starts at chain_seq %d", s)
+	}
+	rep.note(f)
+	g := gap{chain: rep.Chain, from: a.expect, to: s - 1, afterPrev: prev}
+	if a.have {
+		g.before, g.beforeKnown = a.prev.stored, true
+	} else if a.expect == 1 {
+		g.beforeKnown = true // the zero hash
+	}
+	a.v.gaps = append(a.v.gaps, g)
+}
+
+// checkpoint checks a checkpoint record's signature.
+func (a *analyzer) checkpoint(c *Entry) {
+	rep := a.rep
+	rep.Checkpoints++
+	if !c.ContentOK() {
+		return
+	}
+	s := c.Seq
+	cp := Checkpoint{Chain: rep.Chain, Seq: s, Hash: c.Stored, Time: c.Time, Signature: c.Signature}
+	switch {
+	case len(a.v.keys) > 0 && VerifyCheckpoint(cp, a.v.keys):
+		a.attest(s, "signed")
+	case len(a.v.keys) > 0:
+		from := max(rep.Attested+1, 1)
+		what := "it is not signed"
+		if c.Signature != nil {
+			what = "its signature does not verify under the key(s) given"
+		}
+		rep.note(Finding{Kind: BadSignature, Chain: rep.Chain, From: from, To: s, Pos: c.Pos,
+			Detail: fmt.Sprintf("the checkpoint at chain_seq %d: %s: chain_seq %s was rewritten, or the checkpoint signed with another key", s, what, span(from, s))})
+	case c.Signature != nil:
+		rep.SignedUnchecked = true
+	}
+}
+
+// compareKept compares c with the kept checkpoints up to its chain_seq.
+func (a *analyzer) compareKept(c *Entry) {
+	rep, s := a.rep, c.Seq
 	for a.next < len(a.kept) && a.kept[a.next].Seq <= s {
 		k := a.kept[a.next]
 		a.next++
@@ -403,9 +439,6 @@ func (a *analyzer) flush(next *Entry) {
 		}
 		a.attest(s, "kept")
 	}
-	a.prev = accepted{seq: s, stored: c.Stored, computed: c.Computed, contentOK: c.ContentOK(), pos: c.Pos}
-	a.have = true
-	a.expect = s + 1
 }
 
 // attest records that a valid checkpoint covers the chain through seq.
@@ -421,13 +454,10 @@ func (a *analyzer) finish() {
 	if len(a.group) > 0 {
 		a.flush(nil)
 	}
-	for ; a.next < len(a.kept); a.next++ {
-		k := a.kept[a.next]
-		if k.Seq > a.rep.Last {
-			a.rep.note(Finding{Kind: Cut, Chain: a.rep.Chain, From: a.rep.Last, To: k.Seq,
-				Detail: fmt.Sprintf("the chain ends at chain_seq %d, but a kept checkpoint attests chain_seq %d", a.rep.Last, k.Seq)})
-			break
-		}
+	if n := len(a.kept); n > 0 && a.kept[n-1].Seq > a.rep.Last {
+		k := a.kept[n-1]
+		a.rep.note(Finding{Kind: Cut, Chain: a.rep.Chain, From: a.rep.Last, To: k.Seq,
+			Detail: fmt.Sprintf("the chain ends at chain_seq %d, but a kept checkpoint attests chain_seq %d", a.rep.Last, k.Seq)})
 	}
 }
 
@@ -446,38 +476,39 @@ type stray struct {
 	seq          uint64
 	pos          int64
 	prev, stored Hash
-	kind         Kind
-	// afterGap: the stray's chain_seq followed a gap starting at gapFrom,
-	// which it alone may have made; alone: nothing else has its chain_seq.
-	afterGap bool
+	// kind is the finding noted for it (Inserted), or none yet when
+	// deferred: then gapFrom is where the chain expected it.
+	kind     Kind
+	deferred bool
 	gapFrom  uint64
-	alone    bool
 }
 
 // gap is a run of missing chain_seq: before is the hash of the record
 // before it, afterPrev the prev of the record after it.
 type gap struct {
-	chain               string
-	from, to            uint64
-	before, afterPrev   Hash
-	beforeKnown, filled bool
+	chain             string
+	from, to          uint64
+	before, afterPrev Hash
+	beforeKnown       bool
 }
 
 // matchStrays finds records whose chain_seq or chain was changed: a gap
 // of one record, and a stray record whose prev and hash are those the gap
-// lacks. It reports the record as modified where it belongs, in place of
-// the gap and the stray's own findings.
+// lacks. It names the record modified where it belongs, in place of the
+// gap and of the stray's own findings. A deferred stray that matches no
+// gap is named where it is.
 func (v *Verifier) matchStrays() {
-	for gi := range v.gaps {
-		g := &v.gaps[gi]
+	matched := make([]bool, len(v.strays))
+	for _, g := range v.gaps {
 		if g.from != g.to || !g.beforeKnown {
 			continue
 		}
 		for si := range v.strays {
 			st := &v.strays[si]
-			if st.prev != g.before || st.stored != g.afterPrev || (st.chain == g.chain && st.seq == g.from) {
+			if matched[si] || st.prev != g.before || st.stored != g.afterPrev {
 				continue
 			}
+			matched[si] = true
 			home := v.chains[g.chain].rep
 			home.drop(Deleted, g.from, g.to)
 			where := fmt.Sprintf("its chain_seq reads %d", st.seq)
@@ -485,18 +516,29 @@ func (v *Verifier) matchStrays() {
 				where = fmt.Sprintf("its chain reads %s, chain_seq %d", st.chain, st.seq)
 			}
 			home.note(Finding{Kind: Modified, Chain: g.chain, From: g.from, To: g.from, Pos: st.pos, Detail: where})
-			if a := v.chains[st.chain]; a != nil {
+			a := v.chains[st.chain]
+			if !st.deferred {
 				a.rep.drop(st.kind, st.seq, st.seq)
-				if st.afterGap {
-					a.rep.drop(Deleted, st.gapFrom, st.seq-1)
-				}
-				a.rep.Records--
-				if a.rep.Records == 0 {
-					v.report.Chains = slices.DeleteFunc(v.report.Chains, func(c *ChainReport) bool { return c == a.rep })
-				}
 			}
-			v.strays = slices.Delete(v.strays, si, si+1)
+			if a.rep.Records--; a.rep.Records == 0 {
+				v.report.Chains = slices.DeleteFunc(v.report.Chains, func(c *ChainReport) bool { return c == a.rep })
+			}
 			break
 		}
+	}
+	for si, st := range v.strays {
+		if matched[si] || !st.deferred {
+			continue
+		}
+		rep := v.chains[st.chain].rep
+		if st.seq > st.gapFrom {
+			rep.note(Finding{Kind: Deleted, Chain: st.chain, From: st.gapFrom, To: st.seq - 1,
+				Detail: fmt.Sprintf("missing before chain_seq %d, which links to no record around it", st.seq)})
+		}
+		rep.note(Finding{Kind: Modified, Chain: st.chain, From: st.seq, To: st.seq, Pos: st.pos, Detail: detailModified})
+		if rep.First == 0 {
+			rep.First = st.seq
+		}
+		rep.Last = max(rep.Last, st.seq)
 	}
 }
