@@ -56,7 +56,9 @@ func eventsOf(n int) []middleware.Event {
 		with(func(e *middleware.Event) {
 			e.Type, e.Code, e.Retryable, e.Attempts, e.Duration, e.Error, e.Reason = middleware.EventFailed, middleware.CodeExecutionFailed, false, 2, 1500*time.Millisecond, "gateway said no\n\tat line 3", "why not"
 		}),
-		with(func(e *middleware.Event) { e.Type, e.Attempt, e.Succeeded, e.Stack = middleware.EventAbandonedResult, 1, true, "goroutine 1" }),
+		with(func(e *middleware.Event) {
+			e.Type, e.Attempt, e.Succeeded, e.Stack = middleware.EventAbandonedResult, 1, true, "goroutine 1"
+		}),
 		with(func(e *middleware.Event) { e.Type, e.ReplayOf = middleware.EventReplayed, "exe_0" }),
 	}
 }
