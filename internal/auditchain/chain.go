@@ -27,14 +27,30 @@ func ParseHash(s string) (Hash, bool) {
 	if len(s) != 2*len(h) {
 		return h, false
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return h, false
+	for i := range h {
+		hi, lo := unhexLower[s[2*i]], unhexLower[s[2*i+1]]
+		if hi|lo > 0xf {
+			return Hash{}, false
+		}
+		h[i] = hi<<4 | lo
+	}
+	return h, true
+}
+
+// unhexLower maps a lowercase hex digit to its value, anything else to 0xff.
+var unhexLower = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c >= '0' && c <= '9':
+			t[c] = byte(c - '0')
+		case c >= 'a' && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		default:
+			t[c] = 0xff
 		}
 	}
-	_, err := hex.Decode(h[:], []byte(s))
-	return h, err == nil
-}
+	return t
+}()
 
 // The checkpoint defaults (SPEC §15).
 const (
@@ -113,14 +129,13 @@ type Writer struct {
 	since int
 	first time.Time
 
-	h       hash.Hash
 	scratch []byte
 	lines   []byte
 }
 
 // NewWriter starts a chain with a new id, at start. cfg must be checked.
 func NewWriter(cfg Config, start time.Time) *Writer {
-	return &Writer{id: NewChainID(start), cfg: cfg.WithDefaults(), h: sha256.New()}
+	return &Writer{id: NewChainID(start), cfg: cfg.WithDefaults()}
 }
 
 // ID is the chain's id.
@@ -170,12 +185,12 @@ func (w *Writer) seal(s *Sealed, seq uint64, prev Hash, lines bool) {
 	r := &s.Record
 	r.SetString(Chain, w.id)
 	r.SetInt(ChainSeq, int64(seq))
-	var prevHex [2 * sha256.Size]byte
-	hex.Encode(prevHex[:], prev[:])
-	r.SetString(Prev, string(prevHex[:]))
+	r.SetPrev(prev)
+	// The pre-image in one buffer: one SHA-256 call, no allocation.
+	w.scratch = append(append(w.scratch[:0], hashTag...), prev[:]...)
 	var enc encoded
-	w.scratch, enc = r.appendCanonical(w.scratch[:0])
-	s.Hash = w.sum(prev, enc.canonical)
+	w.scratch, enc = r.appendCanonical(w.scratch)
+	s.Hash = sha256.Sum256(w.scratch)
 	if s.Record.String(Type) == CheckpointType && w.cfg.Signer != nil {
 		s.Signature = ed25519.Sign(w.cfg.Signer, CheckpointMessage(w.id, seq, s.Hash, r.TimeValue()))
 	}
@@ -202,12 +217,7 @@ func (w *Writer) fixLines(ss []Sealed) {
 // ending in a newline.
 func (w *Writer) Lines() []byte { return w.lines }
 
-// sum is the hash of a record with the given canonical form after prev.
-func (w *Writer) sum(prev Hash, canonical []byte) Hash {
-	return sumRecord(w.h, prev, canonical)
-}
-
-// sumRecord is SHA-256("agentsafe/audit/v1" ‖ prev ‖ canonical), with h
+// sumRecord is SHA-256("agentsafe/audit/v1" ‖ prev ‖ parts), with h
 // reset and reused.
 func sumRecord(h hash.Hash, prev Hash, parts ...[]byte) Hash {
 	h.Reset()

@@ -290,6 +290,12 @@ func scanValue(line []byte, i int) (int, bool) {
 	case c == '"':
 		i++
 		for i < n {
+			for i < n && plain[line[i]] {
+				i++
+			}
+			if i >= n {
+				break
+			}
 			c := line[i]
 			switch {
 			case c == '"':
@@ -347,6 +353,15 @@ func scanValue(line []byte, i int) (int, bool) {
 	}
 	return i, false
 }
+
+// plain marks the bytes a canonical string holds as they are: all but
+// the quote, the backslash and the control characters.
+var plain = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func lowerHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
 

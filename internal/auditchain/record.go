@@ -1,6 +1,7 @@
 package auditchain
 
 import (
+	"encoding/hex"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -56,6 +57,7 @@ const (
 	kInt
 	kBool
 	kTime
+	kHash
 )
 
 var fields = [numFields]struct {
@@ -77,7 +79,7 @@ var fields = [numFields]struct {
 	Error:             {"error", kString},
 	ExecutionID:       {"execution_id", kString},
 	InputDigest:       {"input_digest", kString},
-	Prev:              {"prev", kString},
+	Prev:              {"prev", kHash},
 	PreviousErrorCode: {"previous_error_code", kString},
 	Procedure:         {"procedure", kString},
 	Reason:            {"reason", kString},
@@ -117,6 +119,7 @@ type Record struct {
 	strs [numFields]string
 	ints [numFields]int64
 	time time.Time
+	prev Hash
 }
 
 // Has reports whether f is present.
@@ -142,6 +145,12 @@ func (r *Record) SetBool(f Field, b bool) {
 
 // SetTime sets the record's time, truncated to microseconds, in UTC.
 func (r *Record) SetTime(t time.Time) { r.time = StoredTime(t); r.set |= 1 << Time }
+
+// SetPrev sets the prev field.
+func (r *Record) SetPrev(h Hash) { r.prev = h; r.set |= 1 << Prev }
+
+// PrevValue returns the prev field (zero when absent).
+func (r *Record) PrevValue() Hash { return r.prev }
 
 // String returns the string field f ("" when absent).
 func (r *Record) String(f Field) string { return r.strs[f] }
@@ -229,23 +238,20 @@ func (r *Record) appendCanonical(dst []byte) ([]byte, encoded) {
 	dst = append(dst, '{')
 	first := true
 	for f := Field(0); f < numFields; f++ {
-		if !r.Has(f) {
+		if r.set&(1<<f) == 0 {
 			continue
 		}
-		name := fields[f].name
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		if hashAt < 0 && name > hashName {
+		if hashAt < 0 && f >= afterHash {
 			hashAt = len(dst) - start
 		}
-		if sigAt < 0 && name > signatureName {
+		if sigAt < 0 && f >= afterSignature {
 			sigAt = len(dst) - start
 		}
-		dst = append(dst, '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
+		dst = append(dst, quotedNames[f]...)
 		switch fields[f].kind {
 		case kString:
 			dst = appendString(dst, r.strs[f])
@@ -255,12 +261,66 @@ func (r *Record) appendCanonical(dst []byte) ([]byte, encoded) {
 			dst = strconv.AppendBool(dst, r.ints[f] != 0)
 		case kTime:
 			dst = append(dst, '"')
-			dst = r.time.AppendFormat(dst, TimeLayout)
+			dst = appendTime(dst, r.time)
+			dst = append(dst, '"')
+		case kHash:
+			dst = append(dst, '"')
+			dst = hex.AppendEncode(dst, r.prev[:])
 			dst = append(dst, '"')
 		}
 	}
 	dst = append(dst, '}')
 	return dst, encoded{canonical: dst[start:], hashAt: hashAt, sigAt: sigAt}
+}
+
+// The first fields whose names sort after "hash" and "signature".
+const (
+	afterHash      = InputDigest
+	afterSignature = Stack
+)
+
+// quotedNames are the fields' names as a record writes them: `"name":`.
+var quotedNames = func() (q [numFields]string) {
+	for f := range q {
+		q[f] = `"` + fields[f].name + `":`
+	}
+	return q
+}()
+
+// appendTime appends t (in UTC, at microseconds) as TimeLayout writes
+// it, without time.Format's parsing of the layout: records are written
+// on every call.
+func appendTime(dst []byte, t time.Time) []byte {
+	year, month, day := t.Date()
+	hour, min, sec := t.Clock()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(dst, TimeLayout)
+	}
+	us := t.Nanosecond() / 1000
+	dst = appendDigits(dst, year, 4)
+	dst = append(dst, '-')
+	dst = appendDigits(dst, int(month), 2)
+	dst = append(dst, '-')
+	dst = appendDigits(dst, day, 2)
+	dst = append(dst, 'T')
+	dst = appendDigits(dst, hour, 2)
+	dst = append(dst, ':')
+	dst = appendDigits(dst, min, 2)
+	dst = append(dst, ':')
+	dst = appendDigits(dst, sec, 2)
+	dst = append(dst, '.')
+	dst = appendDigits(dst, us, 6)
+	return append(dst, 'Z')
+}
+
+// appendDigits appends v in exactly n decimal digits.
+func appendDigits(dst []byte, v, n int) []byte {
+	var b [8]byte
+	for i := n - 1; i >= 0; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(dst, b[:n]...)
 }
 
 // AppendCanonical appends the RFC 8785 form of r to dst: what its hash
@@ -282,7 +342,7 @@ func appendString(dst []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+		if safeASCII[c] {
 			i++
 			continue
 		}
@@ -321,3 +381,12 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// safeASCII marks the bytes a string is written with as they are, one
+// byte a character: ASCII but the quote, the backslash and the controls.
+var safeASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
