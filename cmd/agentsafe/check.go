@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -102,51 +104,14 @@ func normalized(path string, inv registryJSON) (registryJSON, error) {
 }
 
 // compare lists every change from old to cur, widening first, then by
-// procedure.
+// procedure; a procedure's changes in the order of its fields.
 func compare(old, cur registryJSON) ([]change, error) {
 	var out []change
-	add := func(c class, proc, format string, args ...any) {
+	report := func(c class, proc, format string, args ...any) {
 		out = append(out, change{c, proc, fmt.Sprintf(format, args...)})
 	}
-	for _, p := range old.Policies {
-		if !slices.Contains(cur.Policies, p) {
-			add(widening, "-", "policy %q removed", p)
-		}
-	}
-	for _, p := range cur.Policies {
-		if !slices.Contains(old.Policies, p) {
-			add(narrowing, "-", "policy %q added", p)
-		}
-	}
-	before := map[string]capabilityJSON{}
-	for _, c := range old.Capabilities {
-		before[c.Procedure] = c
-	}
-	after := map[string]capabilityJSON{}
-	for _, c := range cur.Capabilities {
-		after[c.Procedure] = c
-		b, ok := before[c.Procedure]
-		switch {
-		case !ok && writeLike(c.SideEffect):
-			add(widening, c.Procedure, "new %s capability, exposed on %v", c.SideEffect, c.Exposure)
-		case !ok:
-			add(neutral, c.Procedure, "new %s capability, exposed on %v", c.SideEffect, c.Exposure)
-		default:
-			if err := compareCapability(b, c, func(cl class, format string, args ...any) { add(cl, c.Procedure, format, args...) }); err != nil {
-				return nil, fmt.Errorf("%s: %w", c.Procedure, err)
-			}
-		}
-	}
-	for _, c := range old.Capabilities {
-		switch _, ok := after[c.Procedure]; {
-		case ok:
-		case c.Approval.Required:
-			// The inventory cannot tell a deleted method from one whose
-			// declaration was dropped; the latter runs unapproved.
-			add(widening, c.Procedure, "capability removed, and its approval with it: if the method is still served, it runs ungoverned")
-		default:
-			add(narrowing, c.Procedure, "capability removed")
-		}
+	if err := walk(inventoryFields, inventoryRules, reflect.ValueOf(old), reflect.ValueOf(cur), report); err != nil {
+		return nil, err
 	}
 	slices.SortStableFunc(out, func(a, b change) int {
 		return cmp.Or(cmp.Compare(a.class, b.class), cmp.Compare(a.procedure, b.procedure))
@@ -154,81 +119,365 @@ func compare(old, cur registryJSON) ([]change, error) {
 	return out, nil
 }
 
-// compareCapability reports the changes of one capability.
-func compareCapability(b, c capabilityJSON, add func(class, string, ...any)) error {
-	switch {
-	case b.SideEffect == c.SideEffect:
-	case writeLike(c.SideEffect) && !writeLike(b.SideEffect):
-		add(widening, "side effect %s → %s: now write-like", b.SideEffect, c.SideEffect)
-	default:
-		add(neutral, "side effect %s → %s", b.SideEffect, c.SideEffect)
-	}
-	if err := ordered("timeout", b.Timeout, c.Timeout, add); err != nil {
-		return err
-	}
-	switch {
-	case c.Retry.MaxRetries > b.Retry.MaxRetries:
-		add(widening, "retries %d → %d", b.Retry.MaxRetries, c.Retry.MaxRetries)
-	case c.Retry.MaxRetries < b.Retry.MaxRetries:
-		add(narrowing, "retries %d → %d", b.Retry.MaxRetries, c.Retry.MaxRetries)
-	}
-	switch {
-	case b.Approval.Required && !c.Approval.Required:
-		add(widening, "approval no longer required")
-	case !b.Approval.Required && c.Approval.Required:
-		add(narrowing, "approval now required")
-	}
-	switch {
-	case c.Approval.Quorum < b.Approval.Quorum:
-		add(widening, "approval quorum %d → %d", b.Approval.Quorum, c.Approval.Quorum)
-	case c.Approval.Quorum > b.Approval.Quorum:
-		add(narrowing, "approval quorum %d → %d", b.Approval.Quorum, c.Approval.Quorum)
-	}
-	for _, s := range c.Exposure {
-		if !slices.Contains(b.Exposure, s) {
-			add(widening, "exposed on %s", s)
+// walk applies each field's rule to its old and new value; a field
+// without a rule is unranked. TestEveryInventoryFieldHasARule keeps that
+// fallback for a build whose tests did not run.
+func walk[A any](fields []field, rules map[string]rule[A], old, cur reflect.Value, add A) error {
+	for _, f := range fields {
+		r, ok := rules[f.path]
+		if !ok {
+			r = unranked[A](f.path)
 		}
-	}
-	for _, s := range b.Exposure {
-		if !slices.Contains(c.Exposure, s) {
-			add(narrowing, "no longer exposed on %s", s)
-		}
-	}
-	for _, f := range []struct{ name, b, c string }{
-		{"risk", b.Risk, c.Risk},
-		{"idempotent", fmt.Sprint(b.Idempotent), fmt.Sprint(c.Idempotent)},
-		{"streaming", fmt.Sprint(b.Streaming), fmt.Sprint(c.Streaming)},
-		{"retry backoff", b.Retry.Backoff, c.Retry.Backoff},
-		{"approval type", b.Approval.Type, c.Approval.Type},
-		{"approval expiry", b.Approval.ExpiresIn, c.Approval.ExpiresIn},
-		{"dedup window", b.Dedup, c.Dedup},
-		{"tool name", b.ToolName, c.ToolName},
-		{"description", b.Description, c.Description},
-	} {
-		if f.b != f.c {
-			add(neutral, "%s %q → %q", f.name, f.b, f.c)
+		if err := r(old.FieldByIndex(f.index).Interface(), cur.FieldByIndex(f.index).Interface(), add); err != nil {
+			return fmt.Errorf("%s: %w", f.path, err)
 		}
 	}
 	return nil
 }
 
-// ordered classifies a duration that may only grow by widening.
-func ordered(name, b, c string, add func(class, string, ...any)) error {
-	bd, err := time.ParseDuration(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+// The drift gate's rules: one per field of the inventory, keyed by its
+// JSON path, as SPEC §12 "Inventory and drift gate" lists them. Widening
+// is anything that lets a call run more often, with less review, for
+// longer, on more surfaces, do more, or look safer to an agent's client;
+// narrowing is the reverse; neutral changes nothing agents can reach; a
+// change that cannot be ranked is widening.
+//
+// To add a field to the inventory: add it to middleware's snapshot (it
+// writes the file), to registryJSON or capabilityJSON here (which read it
+// and are tied to the former by the golden tests), and one entry to
+// inventoryRules or capabilityRules below, keyed by its JSON path
+// (nested objects as "retry.backoff"; a list is one field, ranked as a
+// whole); then a case in TestCheckClassifiesEveryChange that changes it.
+// TestEveryInventoryFieldHasARule fails until the entry exists, and
+// TestCheckClassifiesEveryChange until a case changes the field. The
+// helpers cover the usual shapes: toggle (a bool), durationRule, countRule,
+// changeWidens and neutralText (strings); a list or an ordering of its own
+// takes a function of the field's type through typed. For example, a bool
+// that widens when turned on is
+//
+//	"inline": toggle(widening, narrowing, "inline turned on", "inline turned off"),
+//
+// one that widens when turned off is toggle(narrowing, widening, ...), and
+// a list is typed(compareBudgets) with compareBudgets(b, c []budgetJSON,
+// add adder) error.
+var (
+	inventoryRules = map[string]rule[reporter]{
+		"version":      typed(sameVersion),
+		"policies":     typed(comparePolicies),
+		"capabilities": typed(compareCapabilities),
 	}
-	cd, err := time.ParseDuration(c)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+	capabilityRules = map[string]rule[adder]{
+		// The key: capabilities are matched by procedure, so a renamed one
+		// is a removal and an addition (compareCapabilities).
+		"procedure":  typed(func(b, c string, _ adder) error { return nil }),
+		"sideEffect": typed(compareSideEffect),
+		"risk":       typed(compareRisk),
+		// Turned on, agents' clients may repeat the call (idempotentHint),
+		// and a write may be retried.
+		"idempotent": toggle(widening, narrowing, "idempotent turned on", "idempotent turned off"),
+		// Unranked both ways: a stream is governed per stream, not per
+		// message (no approval, no dedup), and a unary call of a method
+		// that streamed takes other input.
+		"streaming":          toggle(widening, widening, "streaming turned on", "streaming turned off"),
+		"timeout":            durationRule("timeout", widening),
+		"retry.maxRetries":   countRule("retries", widening),
+		"retry.backoff":      durationRule("retry backoff", narrowing),
+		"approval.required":  toggle(narrowing, widening, "approval now required", "approval no longer required"),
+		"approval.type":      changeWidens("approval type"), // whose approval is asked for: cannot be ranked
+		"approval.quorum":    countRule("approval quorum", narrowing),
+		"approval.expiresIn": durationRule("approval expiry", widening),
+		"exposure":           typed(compareExposure),
+		"dedup":              typed(compareDedup),
+		"toolName":           neutralText("tool name"),
+		"description":        neutralText("description"),
 	}
-	switch {
-	case cd > bd:
-		add(widening, "%s %s → %s", name, bd, cd)
-	case cd < bd:
-		add(narrowing, "%s %s → %s", name, bd, cd)
+)
+
+// inventoryFields and capabilityFields are the fields the rules rank.
+var (
+	inventoryFields  = fieldsOf(reflect.TypeFor[registryJSON]())
+	capabilityFields = fieldsOf(reflect.TypeFor[capabilityJSON]())
+)
+
+// field is one field of the inventory: its JSON path and its index in the
+// Go type that reads it.
+type field struct {
+	path  string
+	index []int
+}
+
+// fieldsOf lists every field of t in order, walking nested structs (JSON
+// objects) to their leaves; a slice is one field.
+func fieldsOf(t reflect.Type) []field {
+	var out []field
+	var walk func(t reflect.Type, prefix string, index []int)
+	walk = func(t reflect.Type, prefix string, index []int) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" {
+				name = f.Name
+			}
+			index := append(index[:len(index):len(index)], i)
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, prefix+name+".", index)
+				continue
+			}
+			out = append(out, field{prefix + name, index})
+		}
+	}
+	walk(t, "", nil)
+	return out
+}
+
+// A rule classifies the change of one field, given its old and new value;
+// A is how it reports: a reporter for the inventory's own fields, an
+// adder, bound to the procedure, for a capability's.
+type rule[A any] func(old, cur any, add A) error
+
+type (
+	reporter func(c class, procedure, format string, args ...any)
+	adder    func(c class, format string, args ...any)
+)
+
+// typed makes a rule of a function of the field's own type.
+func typed[T, A any](f func(old, cur T, add A) error) rule[A] {
+	return func(old, cur any, add A) error { return f(old.(T), cur.(T), add) }
+}
+
+// unranked is the rule of a field that has none: any change widens.
+func unranked[A any](path string) rule[A] {
+	return func(old, cur any, add A) error {
+		if reflect.DeepEqual(old, cur) {
+			return nil
+		}
+		what := fmt.Sprintf("%s %v → %v: no rule ranks this change", path, old, cur)
+		switch add := any(add).(type) {
+		case reporter:
+			add(widening, "-", "%s", what)
+		case adder:
+			add(widening, "%s", what)
+		}
+		return nil
+	}
+}
+
+func sameVersion(b, c int, _ reporter) error {
+	if b != c {
+		return fmt.Errorf("version %d → %d: compare inventories of one version", b, c)
 	}
 	return nil
+}
+
+// comparePolicies: a removed policy widens and an added one narrows. Their
+// order changes nothing a call can do (they compose by precedence).
+func comparePolicies(b, c []string, report reporter) error {
+	for _, p := range b {
+		if !slices.Contains(c, p) {
+			report(widening, "-", "policy %q removed", p)
+		}
+	}
+	for _, p := range c {
+		if !slices.Contains(b, p) {
+			report(narrowing, "-", "policy %q added", p)
+		}
+	}
+	if !slices.Equal(b, c) && slices.Equal(slices.Sorted(slices.Values(b)), slices.Sorted(slices.Values(c))) {
+		report(neutral, "-", "policies reordered: %v → %v", b, c)
+	}
+	return nil
+}
+
+// compareCapabilities classifies added and removed capabilities, and
+// every field of those both list.
+func compareCapabilities(old, cur []capabilityJSON, report reporter) error {
+	before := map[string]capabilityJSON{}
+	for _, c := range old {
+		before[c.Procedure] = c
+	}
+	after := map[string]bool{}
+	for _, c := range cur {
+		after[c.Procedure] = true
+		b, ok := before[c.Procedure]
+		switch {
+		case !ok && (writeLike(c.SideEffect) || slices.Contains(c.Exposure, "mcp")):
+			report(widening, c.Procedure, "new %s capability, exposed on %v", c.SideEffect, c.Exposure)
+		case !ok: // a read (or none) on rpc/http only
+			report(neutral, c.Procedure, "new %s capability, exposed on %v", c.SideEffect, c.Exposure)
+		default:
+			add := func(cl class, format string, args ...any) { report(cl, c.Procedure, format, args...) }
+			if err := walk(capabilityFields, capabilityRules, reflect.ValueOf(b), reflect.ValueOf(c), adder(add)); err != nil {
+				return fmt.Errorf("%s: %w", c.Procedure, err)
+			}
+		}
+	}
+	// The inventory cannot tell a deleted method from one whose
+	// declaration was dropped, which still runs, ungoverned: with no
+	// approval, policy, timeout or event. That widens what needed review
+	// or writes; a read or none without approval is as little watched as
+	// a new one on rpc/http.
+	for _, c := range old {
+		switch {
+		case after[c.Procedure]:
+		case c.Approval.Required:
+			report(widening, c.Procedure, "capability removed, and its approval with it: if the method is still served, it runs ungoverned")
+		case writeLike(c.SideEffect):
+			report(widening, c.Procedure, "write-like capability removed: if the method is still served, it runs ungoverned")
+		default:
+			report(narrowing, c.Procedure, "capability removed")
+		}
+	}
+	return nil
+}
+
+// compareSideEffect: any change widens. Up, the procedure does more; down,
+// it looks safer to an agent's client (MCP's readOnlyHint,
+// destructiveHint and openWorldHint follow it) and loses the handling a
+// write-like capability gets, from side-effect policies on.
+func compareSideEffect(b, c string, add adder) error {
+	switch {
+	case b == c:
+	case writeLike(c) && !writeLike(b):
+		add(widening, "side effect %s → %s: now write-like", b, c)
+	case writeLike(b) && !writeLike(c):
+		add(widening, "side effect %s → %s: looks read-only to agents' clients and loses write-like handling", b, c)
+	default:
+		add(widening, "side effect %s → %s", b, c)
+	}
+	return nil
+}
+
+// compareRisk: a lower risk widens (it looks safer to approvers, policies
+// and agents), a higher one narrows.
+func compareRisk(b, c string, add adder) error {
+	levels := []string{"low", "medium", "high", "critical"}
+	bi, ci := slices.Index(levels, b), slices.Index(levels, c)
+	if bi < 0 || ci < 0 {
+		return fmt.Errorf("risk %q → %q: want low, medium, high or critical", b, c)
+	}
+	switch {
+	case ci < bi:
+		add(widening, "risk %s → %s", b, c)
+	case ci > bi:
+		add(narrowing, "risk %s → %s", b, c)
+	}
+	return nil
+}
+
+// compareExposure: a new surface widens, a dropped one narrows.
+func compareExposure(b, c []string, add adder) error {
+	for _, s := range c {
+		if !slices.Contains(b, s) {
+			add(widening, "exposed on %s", s)
+		}
+	}
+	for _, s := range b {
+		if !slices.Contains(c, s) {
+			add(narrowing, "no longer exposed on %s", s)
+		}
+	}
+	return nil
+}
+
+// compareDedup: a window shortened or turned off (0) widens, since repeats
+// it replayed run again; one turned on or made longer narrows.
+func compareDedup(b, c string, add adder) error {
+	bd, cd, err := durations(b, c)
+	if err != nil {
+		return err
+	}
+	show := func(d time.Duration) string {
+		if d == 0 {
+			return "off"
+		}
+		return d.String()
+	}
+	switch {
+	case cd == bd:
+	case bd == 0 || (cd != 0 && cd > bd):
+		add(narrowing, "dedup window %s → %s", show(bd), show(cd))
+	default:
+		add(widening, "dedup window %s → %s", show(bd), show(cd))
+	}
+	return nil
+}
+
+// toggle is the rule of a bool: turning it on is class on, off is class
+// off.
+func toggle(on, off class, onWhat, offWhat string) rule[adder] {
+	return typed(func(b, c bool, add adder) error {
+		switch {
+		case c && !b:
+			add(on, "%s", onWhat)
+		case b && !c:
+			add(off, "%s", offWhat)
+		}
+		return nil
+	})
+}
+
+// durationRule is the rule of a duration: growing is class longer,
+// shrinking its reverse.
+func durationRule(label string, longer class) rule[adder] {
+	return typed(func(b, c string, add adder) error {
+		bd, cd, err := durations(b, c)
+		if err == nil {
+			ranked(label, longer, bd, cd, add)
+		}
+		return err
+	})
+}
+
+// countRule is the rule of a count: growing is class more, shrinking its
+// reverse.
+func countRule(label string, more class) rule[adder] {
+	return typed(func(b, c int, add adder) error {
+		ranked(label, more, b, c, add)
+		return nil
+	})
+}
+
+// ranked reports a value that grew as class more, one that shrank as its
+// reverse.
+func ranked[T cmp.Ordered](label string, more class, b, c T, add adder) {
+	switch cmp.Compare(c, b) {
+	case 1:
+		add(more, "%s %v → %v", label, b, c)
+	case -1:
+		add(reverse(more), "%s %v → %v", label, b, c)
+	}
+}
+
+// changeWidens is the rule of a string whose changes cannot be ranked.
+func changeWidens(label string) rule[adder] { return text(label, widening) }
+
+// neutralText is the rule of a string for people, such as a description.
+func neutralText(label string) rule[adder] { return text(label, neutral) }
+
+func text(label string, cl class) rule[adder] {
+	return typed(func(b, c string, add adder) error {
+		if b != c {
+			add(cl, "%s %q → %q", label, b, c)
+		}
+		return nil
+	})
+}
+
+func reverse(c class) class {
+	if c == widening {
+		return narrowing
+	}
+	return widening
+}
+
+// durations parses an old and a new duration.
+func durations(b, c string) (time.Duration, time.Duration, error) {
+	bd, err := time.ParseDuration(b)
+	if err != nil {
+		return 0, 0, err
+	}
+	cd, err := time.ParseDuration(c)
+	return bd, cd, err
 }
 
 func writeLike(sideEffect string) bool {

@@ -25,16 +25,28 @@
 //
 // check reads two inventories, validates each as middleware.New validates
 // a registry (fields left out take their defaults), and classifies every
-// difference:
+// difference, field by field (one rule per field of the inventory):
 //
-//   - widening: a new write-like capability (or one that became
-//     write-like), a removed approval or a lower quorum, an added retry, a
-//     longer timeout, a new exposure, a removed policy;
-//   - narrowing: the reverse of those, and a removed capability (unless
-//     it required approval: a removed approval widens, since the
-//     inventory cannot tell a deleted method from an undeclared one);
-//   - neutral: everything else (descriptions, risk, tool names, a new
-//     read).
+//   - widening, anything that lets a call run more often, with less
+//     review, for longer, on more surfaces, do more, or look safer to an
+//     agent's client: a new write-like capability, or a new one exposed
+//     on mcp; any change of side effect (up, the procedure does more;
+//     down, it looks safer to agents' clients and loses write-like
+//     handling); idempotent turned on; a lower risk; a removed approval, a
+//     lower quorum, a changed approval type, a longer approval expiry; an
+//     added or larger retry, a shorter backoff; a longer timeout; a new
+//     exposure; a dedup window shortened or turned off; a removed policy;
+//     streaming turned on or off (it cannot be ranked); a removed
+//     capability that was write-like or required approval (the inventory
+//     cannot tell a deleted method from one whose declaration was
+//     dropped, which runs ungoverned);
+//   - narrowing: the reverse of those, and a removed read (or none)
+//     without approval;
+//   - neutral: a description or tool name edited, a new read (or none)
+//     exposed on rpc or http only, the policies reordered (they compose
+//     by precedence).
+//
+// A field no rule ranks would be widening; a test keeps every field ruled.
 //
 // It prints a table, one change per line, and exits 0 when nothing
 // widens, 1 when something does, and 2 for a usage or input error (an

@@ -124,73 +124,139 @@ func writeJSON(t *testing.T, v any) string {
 const cancelOrder = "/orders.v1.OrderService/CancelOrder"
 
 // TestCheckClassifiesEveryChange: one edit per kind of change, each
-// classified as the drift gate promises.
+// classified as SPEC §12's drift gate promises; together the cases change
+// every field of the inventory (see changedFields), so a field added with
+// a rule but no case here fails too.
 func TestCheckClassifiesEveryChange(t *testing.T) {
+	const (
+		getOrder = "/orders.v1.OrderService/GetOrder"
+		notify   = "/orders.v1.OrderService/NotifyCustomer"
+		refund   = "/orders.v1.OrderService/RefundOrder"
+		export   = "/orders.v1.OrderService/ExportReport"
+	)
+	newCapability := func(method, sideEffect string, exposure ...string) capabilityJSON {
+		return capabilityJSON{Procedure: "/orders.v1.OrderService/" + method, SideEffect: sideEffect, Risk: "low",
+			Timeout: "30s", Exposure: exposure, Retry: retryJSON{Backoff: "250ms"}, Approval: approvalJSON{Quorum: 1, ExpiresIn: "15m0s"}, Dedup: "0s"}
+	}
+	remove := func(inv *registryJSON, method string) {
+		inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == "/orders.v1.OrderService/"+method })
+	}
+	covered := map[string]bool{}
 	for _, tc := range []struct {
 		name     string
 		old, new func(*registryJSON) // nil: the example's inventory as it is
 		want     []string            // "class procedure what"
 	}{
 		{name: "no change", want: nil},
+
+		// Widening: a call runs more often, with less review, for longer,
+		// on more surfaces, does more, or looks safer to an agent's client.
 		{name: "a new write-like capability", new: func(inv *registryJSON) {
-			inv.Capabilities = append(inv.Capabilities, capabilityJSON{Procedure: "/orders.v1.OrderService/DeleteOrder", SideEffect: "destructive",
-				Timeout: "30s", Exposure: []string{"rpc", "http"}, Retry: retryJSON{Backoff: "250ms"}, Approval: approvalJSON{Quorum: 1, ExpiresIn: "15m0s"}, Dedup: "0s"})
+			inv.Capabilities = append(inv.Capabilities, newCapability("DeleteOrder", "destructive", "rpc", "http"))
 		}, want: []string{"widening /orders.v1.OrderService/DeleteOrder new destructive capability, exposed on [rpc http]"}},
+		{name: "a new read exposed on mcp", new: func(inv *registryJSON) {
+			inv.Capabilities = append(inv.Capabilities, newCapability("ListOrders", "read", "rpc", "http", "mcp"))
+		}, want: []string{"widening /orders.v1.OrderService/ListOrders new read capability, exposed on [rpc http mcp]"}},
 		{name: "a capability that became write-like", new: func(inv *registryJSON) { capability(inv, "ExportReport").SideEffect = "external" },
-			want: []string{"widening /orders.v1.OrderService/ExportReport side effect read → external: now write-like"}},
-		{name: "a removed approval", new: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Required = false },
-			want: []string{"widening " + cancelOrder + " approval no longer required"}},
-		{name: "a lower quorum", old: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Quorum = 2 },
-			want: []string{"widening " + cancelOrder + " approval quorum 2 → 1"}},
+			want: []string{"widening " + export + " side effect read → external: now write-like"}},
+		{name: "a destructive capability that became a read", new: func(inv *registryJSON) { capability(inv, "CancelOrder").SideEffect = "read" },
+			want: []string{"widening " + cancelOrder + " side effect destructive → read: looks read-only to agents' clients and loses write-like handling"}},
+		{name: "a side effect changed among write-like ones", new: func(inv *registryJSON) { capability(inv, "RefundOrder").SideEffect = "destructive" },
+			want: []string{"widening " + refund + " side effect write → destructive"}},
+		{name: "a lower risk", new: func(inv *registryJSON) { capability(inv, "CancelOrder").Risk = "low" },
+			want: []string{"widening " + cancelOrder + " risk critical → low"}},
+		{name: "idempotent turned on", new: func(inv *registryJSON) { capability(inv, "CancelOrder").Idempotent = true },
+			want: []string{"widening " + cancelOrder + " idempotent turned on"}},
+		{name: "streaming turned on or off", new: func(inv *registryJSON) {
+			capability(inv, "GetOrder").Streaming = true
+		}, old: func(inv *registryJSON) { capability(inv, "ExportReport").Streaming = true },
+			want: []string{"widening " + export + " streaming turned off", "widening " + getOrder + " streaming turned on"}},
+		{name: "a longer timeout", new: func(inv *registryJSON) { capability(inv, "GetOrder").Timeout = "1m0s" },
+			want: []string{"widening " + getOrder + " timeout 2s → 1m0s"}},
 		{name: "an added retry", new: func(inv *registryJSON) {
 			c := capability(inv, "NotifyCustomer")
 			c.Retry.MaxRetries, c.Idempotent = 1, true // a write retries only when idempotent
-		}, want: []string{"widening /orders.v1.OrderService/NotifyCustomer retries 0 → 1", `neutral /orders.v1.OrderService/NotifyCustomer idempotent "false" → "true"`}},
-		{name: "a longer timeout", new: func(inv *registryJSON) { capability(inv, "GetOrder").Timeout = "1m0s" },
-			want: []string{"widening /orders.v1.OrderService/GetOrder timeout 2s → 1m0s"}},
+		}, want: []string{"widening " + notify + " idempotent turned on", "widening " + notify + " retries 0 → 1"}},
+		{name: "a shorter backoff", new: func(inv *registryJSON) { capability(inv, "GetOrder").Retry.Backoff = "10ms" },
+			want: []string{"widening " + getOrder + " retry backoff 20ms → 10ms"}},
+		{name: "a removed approval", new: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Required = false },
+			want: []string{"widening " + cancelOrder + " approval no longer required"}},
+		{name: "a changed approval type", new: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Type = "support" },
+			want: []string{"widening " + cancelOrder + ` approval type "manager" → "support"`}},
+		{name: "an approval type added", new: func(inv *registryJSON) { capability(inv, "NotifyCustomer").Approval.Type = "manager" },
+			want: []string{"widening " + notify + ` approval type "" → "manager"`}},
+		{name: "a lower quorum", old: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.Quorum = 2 },
+			want: []string{"widening " + cancelOrder + " approval quorum 2 → 1"}},
+		{name: "a longer approval expiry", new: func(inv *registryJSON) { capability(inv, "CancelOrder").Approval.ExpiresIn = "720h0m0s" },
+			want: []string{"widening " + cancelOrder + " approval expiry 15m0s → 720h0m0s"}},
 		{name: "a new exposure", new: func(inv *registryJSON) {
 			c := capability(inv, "CancelOrder")
 			c.Exposure = append(c.Exposure, "mcp")
 		}, want: []string{"widening " + cancelOrder + " exposed on mcp"}},
-		{name: "a removed capability that required approval", new: func(inv *registryJSON) {
-			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == cancelOrder })
-		}, want: []string{"widening " + cancelOrder + " capability removed, and its approval with it: if the method is still served, it runs ungoverned"}},
+		{name: "a dedup window shortened or turned off", old: func(inv *registryJSON) {
+			capability(inv, "GetOrder").Dedup = "1m0s"
+			capability(inv, "ExportReport").Dedup = "1m0s"
+		}, new: func(inv *registryJSON) {
+			capability(inv, "GetOrder").Dedup = "10s"
+			capability(inv, "ExportReport").Dedup = "0s"
+		}, want: []string{"widening " + export + " dedup window 1m0s → off", "widening " + getOrder + " dedup window 1m0s → 10s"}},
+		{name: "a removed capability that required approval", new: func(inv *registryJSON) { remove(inv, "CancelOrder") },
+			want: []string{"widening " + cancelOrder + " capability removed, and its approval with it: if the method is still served, it runs ungoverned"}},
+		{name: "a removed write-like capability", new: func(inv *registryJSON) { remove(inv, "NotifyCustomer") },
+			want: []string{"widening " + notify + " write-like capability removed: if the method is still served, it runs ungoverned"}},
 		{name: "a removed policy", new: func(inv *registryJSON) { inv.Policies = []string{"approval-condition"} },
 			want: []string{`widening - policy "refund-limit" removed`}},
+
+		// Narrowing: the reverse.
 		{name: "narrowing: an added approval and a higher quorum", new: func(inv *registryJSON) {
 			c := capability(inv, "RefundOrder")
 			c.Approval.Required, c.Approval.Quorum = true, 2
-		}, want: []string{"narrowing /orders.v1.OrderService/RefundOrder approval now required", "narrowing /orders.v1.OrderService/RefundOrder approval quorum 1 → 2"}},
-		{name: "narrowing: fewer retries, a shorter timeout", new: func(inv *registryJSON) {
+		}, want: []string{"narrowing " + refund + " approval now required", "narrowing " + refund + " approval quorum 1 → 2"}},
+		{name: "narrowing: fewer retries, a longer backoff, a shorter timeout", new: func(inv *registryJSON) {
 			c := capability(inv, "GetOrder")
-			c.Retry.MaxRetries, c.Timeout = 0, "1s"
-		}, want: []string{"narrowing /orders.v1.OrderService/GetOrder timeout 2s → 1s", "narrowing /orders.v1.OrderService/GetOrder retries 2 → 0"}},
-		{name: "narrowing: an exposure, a capability and a policy", new: func(inv *registryJSON) {
+			c.Retry.MaxRetries, c.Retry.Backoff, c.Timeout = 0, "1s", "1s"
+		}, want: []string{"narrowing " + getOrder + " timeout 2s → 1s", "narrowing " + getOrder + " retries 2 → 0", "narrowing " + getOrder + " retry backoff 20ms → 1s"}},
+		{name: "narrowing: a higher risk, idempotent turned off, a shorter expiry", new: func(inv *registryJSON) {
+			c := capability(inv, "RefundOrder")
+			c.Risk, c.Idempotent, c.Retry.MaxRetries, c.Approval.ExpiresIn = "critical", false, 0, "5m0s"
+		}, want: []string{"narrowing " + refund + " risk high → critical", "narrowing " + refund + " idempotent turned off",
+			"narrowing " + refund + " retries 1 → 0", "narrowing " + refund + " approval expiry 15m0s → 5m0s"}},
+		{name: "narrowing: a dedup window turned on or longer", old: func(inv *registryJSON) { capability(inv, "GetOrder").Dedup = "10s" },
+			new: func(inv *registryJSON) {
+				capability(inv, "GetOrder").Dedup = "1m0s"
+				capability(inv, "ExportReport").Dedup = "1m0s"
+			}, want: []string{"narrowing " + export + " dedup window off → 1m0s", "narrowing " + getOrder + " dedup window 10s → 1m0s"}},
+		{name: "narrowing: an exposure, a read capability and a policy", new: func(inv *registryJSON) {
 			capability(inv, "ExportReport").Exposure = []string{"rpc", "http"}
-			inv.Capabilities = slices.DeleteFunc(inv.Capabilities, func(c capabilityJSON) bool { return c.Procedure == "/orders.v1.OrderService/NotifyCustomer" })
+			remove(inv, "GetOrder")
 			inv.Policies = append(inv.Policies, "business-hours")
 		}, want: []string{`narrowing - policy "business-hours" added`,
-			"narrowing /orders.v1.OrderService/ExportReport no longer exposed on mcp", "narrowing /orders.v1.OrderService/NotifyCustomer capability removed"}},
-		{name: "neutral: a description, a risk, a tool name, a new read", new: func(inv *registryJSON) {
+			"narrowing " + export + " no longer exposed on mcp", "narrowing " + getOrder + " capability removed"}},
+
+		// Neutral.
+		{name: "neutral: a description, a tool name, a new read on rpc/http, the policies' order", new: func(inv *registryJSON) {
 			c := capability(inv, "GetOrder")
-			c.Description, c.Risk, c.ToolName = "Find an order.", "medium", "find_order"
-			inv.Capabilities = append(inv.Capabilities, capabilityJSON{Procedure: "/orders.v1.OrderService/ListOrders", SideEffect: "read",
-				Timeout: "30s", Exposure: []string{"rpc", "http", "mcp"}})
+			c.Description, c.ToolName = "Find an order.", "find_order"
+			inv.Capabilities = append(inv.Capabilities, newCapability("ListOrders", "read", "rpc", "http"))
+			slices.Reverse(inv.Policies)
 		}, want: []string{
-			`neutral /orders.v1.OrderService/GetOrder risk "low" → "medium"`,
-			`neutral /orders.v1.OrderService/GetOrder tool name "" → "find_order"`,
-			`neutral /orders.v1.OrderService/GetOrder description "Look up an order by id." → "Find an order."`,
-			"neutral /orders.v1.OrderService/ListOrders new read capability, exposed on [rpc http mcp]",
+			"neutral - policies reordered: [approval-condition refund-limit] → [refund-limit approval-condition]",
+			`neutral ` + getOrder + ` tool name "" → "find_order"`,
+			`neutral ` + getOrder + ` description "Look up an order by id." → "Find an order."`,
+			"neutral /orders.v1.OrderService/ListOrders new read capability, exposed on [rpc http]",
 		}},
 	} {
+		old, cur := base(t), base(t)
+		if tc.old != nil {
+			tc.old(&old)
+		}
+		if tc.new != nil {
+			tc.new(&cur)
+		}
+		for _, f := range changedFields(old, cur) {
+			covered[f] = true
+		}
 		t.Run(tc.name, func(t *testing.T) {
-			old, cur := base(t), base(t)
-			if tc.old != nil {
-				tc.old(&old)
-			}
-			if tc.new != nil {
-				tc.new(&cur)
-			}
 			changes, err := compare(old, cur)
 			if err != nil {
 				t.Fatal(err)
@@ -211,6 +277,14 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 				t.Errorf("check exited %d, want %d (%s)", code, wantCode, errOut)
 			}
 		})
+	}
+	// The version is refused when it differs (TestExitCodes), and the
+	// procedure is the key: a changed one is a removal and an addition.
+	covered["version"], covered["capabilities[].procedure"] = true, true
+	for _, f := range inventoryFieldPaths() {
+		if !covered[f] {
+			t.Errorf("no case above changes the inventory field %q: add one that shows how its rule classifies it", f)
+		}
 	}
 }
 
