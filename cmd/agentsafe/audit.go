@@ -200,7 +200,7 @@ func readCheckpoints(path string) ([]auditchain.Checkpoint, error) {
 func printReport(w io.Writer, where, pos string, rep *auditchain.Report, keys, kept bool) {
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
-	fmt.Fprintf(bw, "%s: %d records in %d chains\n", where, rep.Records, len(rep.Chains))
+	fmt.Fprintf(bw, "%s: %s in %s\n", where, plural(rep.Records, "record"), plural(len(rep.Chains), "chain"))
 	if rep.Legacy > 0 {
 		fmt.Fprintf(bw, "  %d records written before the trail was chained: not verified\n", rep.Legacy)
 	}
@@ -216,7 +216,7 @@ func printReport(w io.Writer, where, pos string, rep *auditchain.Report, keys, k
 	}
 	tampered, unattested := 0, uint64(0)
 	for _, c := range rep.Chains {
-		fmt.Fprintf(bw, "chain %s: chain_seq %s, %d records, %d checkpoints\n", c.Chain, seqSpan(c.First, c.Last), c.Records, c.Checkpoints)
+		fmt.Fprintf(bw, "chain %s: chain_seq %s, %s, %s\n", c.Chain, seqSpan(c.First, c.Last), plural(c.Records, "record"), plural(c.Checkpoints, "checkpoint"))
 		// The first finding of each kind, and how many more there are.
 		for i, f := range c.Findings {
 			if i > 0 && c.Findings[i-1].Kind == f.Kind {
@@ -271,6 +271,14 @@ func printReport(w io.Writer, where, pos string, rep *auditchain.Report, keys, k
 	default:
 		fmt.Fprintln(bw, "OK: every chain verified and attested")
 	}
+}
+
+// plural writes n things.
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 func seqSpan(from, to uint64) string {
