@@ -3,12 +3,14 @@ package agentsafepg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentsafe/agentsafe/internal/auditchain"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -34,8 +36,9 @@ import (
 // One AuditSink may serve several engines. [AuditSink.Close] writes what
 // is queued and stops the sink.
 type AuditSink struct {
-	pool *pgxpool.Pool
-	cfg  auditConfig
+	pool  *pgxpool.Pool
+	cfg   auditConfig
+	chain *chainWriter
 
 	// write is held for each write, so that events reach the table in the
 	// order they came.
@@ -74,6 +77,7 @@ func (f auditOption) applyAudit(c *auditConfig) { f(c) }
 type auditConfig struct {
 	batchSize int
 	delay     time.Duration
+	chain     auditchain.Config
 }
 
 // WithBatch sets when batched events are written: once size of them wait,
@@ -107,13 +111,20 @@ func NewAuditSink(pool *pgxpool.Pool, opts ...AuditOption) (*AuditSink, error) {
 			o.applyAudit(&cfg)
 		}
 	}
+	if err := cfg.chain.Check(); err != nil {
+		return nil, fmt.Errorf("agentsafepg: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	if err := checkSchema(ctx, pool, schemaVersion); err != nil {
 		return nil, err
 	}
-	return &AuditSink{pool: pool, cfg: cfg}, nil
+	return &AuditSink{pool: pool, cfg: cfg, chain: newChainWriter(pool, cfg.chain)}, nil
 }
+
+// Chain is the id of the sink's hash chain: "chn_", the time the sink was
+// made, and 128 random bits.
+func (s *AuditSink) Chain() string { return s.chain.w.ID() }
 
 // Record implements middleware.AuditSink. For capability.requested and
 // capability.started it returns once the event, and every event queued
@@ -156,7 +167,7 @@ func (s *AuditSink) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	err := s.flush(ctx, nil)
+	err := errors.Join(s.flush(ctx, nil), s.chain.close(ctx))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopTimer()
@@ -233,57 +244,8 @@ func (s *AuditSink) stopTimer() {
 	}
 }
 
-// insertSQL writes a batch in one statement, in order: one array per
-// column, NULL for what an event type does not use.
-const insertSQL = `INSERT INTO agentsafe.audit_events (type, at, execution_id, procedure, actor_id, actor_tenant, input_digest,
-	side_effect, risk, attempt, attempts, previous_error_code, code, retryable, duration,
-	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of)
-SELECT e.type, e.at, e.execution_id, e.procedure, nullif(e.actor_id, ''), nullif(e.actor_tenant, ''), nullif(e.input_digest, ''),
-	nullif(e.side_effect, ''), nullif(e.risk, ''), nullif(e.attempt, 0), nullif(e.attempts, 0), nullif(e.previous_error_code, ''),
-	nullif(e.code, ''), CASE WHEN e.code <> '' THEN e.retryable END, nullif(e.duration, '0'),
-	nullif(e.approval_id, ''), nullif(e.approver_id, ''), nullif(e.approver_tenant, ''), nullif(e.comment, ''), nullif(e.reason, ''),
-	CASE WHEN e.type = 'capability.abandoned_result' THEN e.succeeded END, nullif(e.error, ''), nullif(e.stack, ''), nullif(e.replay_of, '')
-FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-	$8::text[], $9::text[], $10::int[], $11::int[], $12::text[], $13::text[], $14::bool[], $15::interval[],
-	$16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::bool[], $22::text[], $23::text[], $24::text[])
-	WITH ORDINALITY AS e(type, at, execution_id, procedure, actor_id, actor_tenant, input_digest,
-	side_effect, risk, attempt, attempts, previous_error_code, code, retryable, duration,
-	approval_id, approver_id, approver_tenant, comment, reason, succeeded, error, stack, replay_of, n)
-ORDER BY e.n`
-
-// insert writes events in one statement.
+// insert writes events as the next rows of the sink's chain, in one
+// statement.
 func (s *AuditSink) insert(ctx context.Context, events []middleware.Event) error {
-	n := len(events)
-	var (
-		types, ids, procs, actorIDs, actorTenants, digests = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		sideEffects, risks, prevCodes, codes               = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		approvals, approverIDs, approverTenants, comments  = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		reasons, errs, stacks, replayOf                    = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		ats                                                = make([]time.Time, n)
-		attempt, attempts                                  = make([]int32, n), make([]int32, n)
-		retryable, succeeded                               = make([]bool, n), make([]bool, n)
-		durations                                          = make([]time.Duration, n)
-	)
-	for i, e := range events {
-		types[i], ats[i], ids[i], procs[i] = string(e.Type), e.Time, e.ExecutionID, e.Procedure
-		actorIDs[i], actorTenants[i], digests[i] = e.Actor.ID, e.Actor.Tenant, e.InputDigest
-		if e.SideEffect != middleware.SideEffectUnspecified {
-			sideEffects[i] = e.SideEffect.String()
-		}
-		risks[i] = e.Risk.String()
-		attempt[i], attempts[i] = int32(e.Attempt), int32(e.Attempts)
-		if e.PreviousErrorCode != middleware.CodeOK {
-			prevCodes[i] = e.PreviousErrorCode.String()
-		}
-		if e.Code != middleware.CodeOK {
-			codes[i] = e.Code.String()
-		}
-		retryable[i], durations[i] = e.Retryable, e.Duration
-		approvals[i], approverIDs[i], approverTenants[i], comments[i], reasons[i] = e.ApprovalID, e.Approver.ID, e.Approver.Tenant, e.Comment, e.Reason
-		succeeded[i], errs[i], stacks[i], replayOf[i] = e.Succeeded, e.Error, e.Stack, e.ReplayOf
-	}
-	_, err := s.pool.Exec(ctx, insertSQL, types, ats, ids, procs, actorIDs, actorTenants, digests,
-		sideEffects, risks, attempt, attempts, prevCodes, codes, retryable, durations,
-		approvals, approverIDs, approverTenants, comments, reasons, succeeded, errs, stacks, replayOf)
-	return err
+	return s.chain.write(ctx, events)
 }

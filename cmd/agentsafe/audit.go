@@ -16,7 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agentsafe/agentsafe/internal/auditchain"
+	"github.com/agentsafe/agentsafe/internal/auditpg"
 )
 
 const auditUsage = `usage:
@@ -288,9 +291,28 @@ func seqSpan(from, to uint64) string {
 	return fmt.Sprintf("%d..%d", from, to)
 }
 
-// errNoPostgres stands in until the PostgreSQL trail is chained.
-var errNoPostgres = errors.New("--postgres: not yet")
-
+// verifyPostgres feeds v agentsafepg's trail and its cross-checks.
 func verifyPostgres(ctx context.Context, url string, v *auditchain.Verifier) error {
-	return errNoPostgres
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("--postgres: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("--postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// One snapshot: rows written while verify reads do not make gaps.
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("--postgres: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := auditpg.Verify(ctx, tx, v); err != nil {
+		return fmt.Errorf("--postgres: %w", err)
+	}
+	return nil
 }

@@ -217,6 +217,13 @@ func (w *Writer) fixLines(ss []Sealed) {
 // ending in a newline.
 func (w *Writer) Lines() []byte { return w.lines }
 
+// Sum is a record's hash: SHA-256("agentsafe/audit/v1" ‖ prev ‖
+// canonical), canonical being the RFC 8785 form of the record.
+func Sum(prev Hash, canonical []byte) Hash {
+	h := sha256.New()
+	return sumRecord(h, prev, canonical)
+}
+
 // sumRecord is SHA-256("agentsafe/audit/v1" ‖ prev ‖ parts), with h
 // reset and reused.
 func sumRecord(h hash.Hash, prev Hash, parts ...[]byte) Hash {

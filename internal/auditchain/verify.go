@@ -80,6 +80,8 @@ type ChainReport struct {
 	// Checkpoints counts the checkpoint records.
 	SignedUnchecked bool
 	Checkpoints     int
+
+	v *Verifier
 }
 
 // Count is the number of findings of kind k in the chain.
@@ -137,7 +139,14 @@ type Verifier struct {
 	// chain was changed leaves a gap where it was and shows up elsewhere.
 	strays []stray
 	gaps   []gap
+	// flagged holds the position of every record found modified or
+	// inserted.
+	flagged []int64
 }
+
+// Flagged returns the positions of the records found modified or
+// inserted so far (records that do not count as in a valid chain).
+func (v *Verifier) Flagged() []int64 { return append([]int64{}, v.flagged...) }
 
 // NewVerifier returns a verifier that checks checkpoint signatures under
 // keys and compares the chains with the kept checkpoints.
@@ -159,7 +168,7 @@ func (v *Verifier) Add(e Entry) {
 	v.report.Records++
 	a := v.chains[e.Chain]
 	if a == nil {
-		a = &analyzer{v: v, rep: &ChainReport{Chain: e.Chain}, kept: v.kept[e.Chain], expect: 1}
+		a = &analyzer{v: v, rep: &ChainReport{Chain: e.Chain, v: v}, kept: v.kept[e.Chain], expect: 1}
 		v.chains[e.Chain] = a
 		v.report.Chains = append(v.report.Chains, a.rep)
 	}
@@ -187,6 +196,7 @@ func (v *Verifier) AddUnchained(pos int64, what string) {
 	if len(v.report.Unchained) < maxListed {
 		v.report.Unchained = append(v.report.Unchained, Finding{Kind: Inserted, Pos: pos, Detail: what + " carries no chain"})
 	}
+	v.flagged = append(v.flagged, pos)
 }
 
 // AddLegacy counts a record written before chains (PostgreSQL rows older
@@ -228,6 +238,9 @@ func (v *Verifier) Finish() *Report {
 // note records f in the chain's report: every finding is counted, the
 // first maxListed of each kind kept.
 func (c *ChainReport) note(f Finding) {
+	if c.v != nil && f.Pos != 0 && (f.Kind == Modified || f.Kind == Inserted) {
+		c.v.flagged = append(c.v.flagged, f.Pos)
+	}
 	if c.Counts[f.Kind] < maxListed {
 		c.Findings = append(c.Findings, f)
 		slices.SortStableFunc(c.Findings, func(a, b Finding) int { return cmp.Compare(a.Kind, b.Kind) })
@@ -329,6 +342,7 @@ func (a *analyzer) flush(next *Entry) {
 		// chain_seq or chain was changed. Set aside: the end decides.
 		a.v.strays = append(a.v.strays, stray{chain: rep.Chain, seq: s, pos: c.Pos, prev: c.Prev, stored: c.Stored,
 			deferred: true, gapFrom: a.expect})
+		a.v.flagged = append(a.v.flagged, c.Pos)
 		return
 	}
 	a.gapBefore(s, c.Prev)
