@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -188,4 +189,225 @@ func verifyIn(t *testing.T, tx pgx.Tx) (int, string) {
 		return exitTampered, out.String()
 	}
 	return exitOK, out.String()
+}
+
+func TestADeletedRowIsNamed(t *testing.T) {
+	tr := writePGTrail(t, 2, 3, true)
+	chain := tr.chains[1]
+	tr.exec(t, `DELETE FROM agentsafe.audit_events WHERE chain = $1 AND chain_seq = 9`, chain)
+	code, out := tr.verify(t, "--pubkey", tr.pubkey)
+	if code != exitTampered || !named(out, chain, "deleted", "chain_seq 9") || findings(out) != 1 {
+		t.Fatalf("exit %d; want 1 and deleted chain_seq 9 alone:\n%s", code, out)
+	}
+}
+
+func TestAnInsertedRowIsNamed(t *testing.T) {
+	t.Run("a forged row without a chain", func(t *testing.T) {
+		tr := writePGTrail(t, 1, 2, true)
+		var seq int64
+		if err := tr.pool.QueryRow(t.Context(), `INSERT INTO agentsafe.audit_events (type, at, execution_id, procedure, approver_id)
+			VALUES ('capability.approved', now(), 'exe_1', '/orders.v1.OrderService/RefundOrder', 'mallory') RETURNING seq`).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		code, out := tr.verify(t, "--pubkey", tr.pubkey)
+		if want := fmt.Sprintf("row seq %d carries no chain", seq); code != exitTampered || !strings.Contains(out, want) {
+			t.Fatalf("exit %d; want 1 and %q:\n%s", code, want, out)
+		}
+	})
+	t.Run("a forged copy of a row, its chain place taken", func(t *testing.T) {
+		tr := writePGTrail(t, 1, 2, true)
+		chain := tr.chains[0]
+		// The unique index is in the way of a second record at one place;
+		// whoever can write the table can drop it.
+		tr.exec(t, `DROP INDEX agentsafe.audit_events_chain`)
+		var seq int64
+		if err := tr.pool.QueryRow(t.Context(), `INSERT INTO agentsafe.audit_events (type, at, execution_id, procedure, code, retryable, chain, chain_seq, prev, hash)
+			SELECT type, at, execution_id, procedure, 'OK', false, chain, chain_seq, prev, hash FROM agentsafe.audit_events WHERE chain = $1 AND chain_seq = 5
+			RETURNING seq`, chain).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		code, out := tr.verify(t, "--pubkey", tr.pubkey)
+		if want := fmt.Sprintf("chain_seq 5 (row %d)", seq); code != exitTampered || !named(out, chain, "inserted", want) || findings(out) != 1 {
+			t.Fatalf("exit %d; want 1 and inserted %s alone:\n%s", code, want, out)
+		}
+	})
+}
+
+func TestSwappedRowsAreNamed(t *testing.T) {
+	for _, pair := range [][2]int{{7, 8}, {3, 16}} {
+		t.Run(fmt.Sprint(pair), func(t *testing.T) {
+			tr := writePGTrail(t, 2, 3, true)
+			chain := tr.chains[0]
+			conn, err := tr.pool.Acquire(t.Context()) // the swap's temporary table is the session's
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			a, b := tr.row(t, chain, pair[0]), tr.row(t, chain, pair[1])
+			swapOn(t, conn.Conn(), a, b)
+			code, out := tr.verify(t, "--pubkey", tr.pubkey)
+			if want := fmt.Sprintf("chain_seq %d", pair[0]); code != exitTampered || !named(out, chain, "reordered", want) || findings(out) != 1 {
+				t.Fatalf("exit %d; want 1 and reordered %s alone:\n%s", code, want, out)
+			}
+		})
+	}
+}
+
+// swapOn exchanges the contents of two rows on conn, as plain SQL does
+// it: every column but seq (the insertion order) and recorded_at.
+func swapOn(t *testing.T, conn *pgx.Conn, a, b int64) {
+	t.Helper()
+	ctx := t.Context()
+	rows, err := conn.Query(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = 'agentsafe' AND table_name = 'audit_events' AND column_name NOT IN ('seq', 'recorded_at') ORDER BY ordinal_position`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := strings.Join(cols, ", ")
+	for _, sql := range []string{
+		`CREATE TEMP TABLE swap AS SELECT * FROM agentsafe.audit_events WHERE seq IN ($1, $2)`,
+		`UPDATE agentsafe.audit_events SET chain_seq = -seq WHERE seq IN ($1, $2)`, // out of the unique index's way
+		fmt.Sprintf(`UPDATE agentsafe.audit_events SET (%[1]s) = (SELECT %[1]s FROM swap WHERE seq = $2) WHERE seq = $1`, list),
+		fmt.Sprintf(`UPDATE agentsafe.audit_events SET (%[1]s) = (SELECT %[1]s FROM swap WHERE seq = $1) WHERE seq = $2`, list),
+		`DROP TABLE swap`,
+	} {
+		args := []any{a, b}
+		if strings.HasPrefix(sql, "DROP") {
+			args = nil
+		}
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
+func TestATableCutAfterAKeptCheckpointIsNamed(t *testing.T) {
+	tr := writePGTrail(t, 2, 3, true)
+	chain := tr.chains[1]
+	tr.exec(t, `DELETE FROM agentsafe.audit_events WHERE chain = $1 AND chain_seq > 13`, chain)
+	code, out := tr.verify(t, "--pubkey", tr.pubkey, "--checkpoint", tr.kept)
+	if code != exitTampered || !named(out, chain, "cut", "after chain_seq 13") || !strings.Contains(out, "a kept checkpoint attests chain_seq 26") {
+		t.Fatalf("exit %d; want 1 and cut after chain_seq 13:\n%s", code, out)
+	}
+	if code, out := tr.verify(t, "--pubkey", tr.pubkey); code != exitOK {
+		t.Errorf("without the kept checkpoints (the threat model's limit): exit %d:\n%s", code, out)
+	}
+}
+
+func TestACheckpointRowSignedWithAnotherKeyIsNamed(t *testing.T) {
+	tr := writePGTrail(t, 1, 3, true)
+	chain := tr.chains[0]
+	var h string
+	var at time.Time
+	seq := tr.row(t, chain, 12)
+	if err := tr.pool.QueryRow(t.Context(), `SELECT hash, at FROM agentsafe.audit_events WHERE seq = $1`, seq).Scan(&h, &at); err != nil {
+		t.Fatal(err)
+	}
+	hash, _ := auditchain.ParseHash(h)
+	_, mallory, _ := ed25519.GenerateKey(nil)
+	tr.exec(t, `UPDATE agentsafe.audit_events SET signature = $2 WHERE seq = $1`, seq, ed25519.Sign(mallory, auditchain.CheckpointMessage(chain, 12, hash, at)))
+	code, out := tr.verify(t, "--pubkey", tr.pubkey)
+	if want := fmt.Sprintf("chain_seq 7..12 (row %d)", seq); code != exitTampered || !named(out, chain, "bad signature", want) {
+		t.Fatalf("exit %d; want 1 and a bad signature at %s:\n%s", code, want, out)
+	}
+}
+
+// rehashFrom does what someone who can write the table but holds no key
+// can: from chain_seq from on, it recomputes prev and hash of every row of
+// chain (re-signing checkpoints with resign when not nil).
+func (tr *pgTrail) rehashFrom(t *testing.T, chain string, from int, resign ed25519.PrivateKey) {
+	t.Helper()
+	type row struct {
+		seq int64
+		rec auditchain.Record
+	}
+	var rows []row
+	var prev auditchain.Hash
+	err := auditpg.Read(t.Context(), tr.pool, fmt.Sprintf("chain = '%s'", chain), func(e auditchain.Entry, r *auditchain.Record, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Seq == uint64(from-1) {
+			prev = e.Stored
+		}
+		if e.Seq >= uint64(from) {
+			rows = append(rows, row{e.Pos, *r})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		r.rec.SetPrev(prev)
+		h := auditchain.Sum(prev, r.rec.AppendCanonical(nil))
+		var sig []byte
+		if resign != nil && r.rec.String(auditchain.Type) == auditchain.CheckpointType {
+			sig = ed25519.Sign(resign, auditchain.CheckpointMessage(chain, uint64(r.rec.Int(auditchain.ChainSeq)), h, r.rec.TimeValue()))
+		}
+		tr.exec(t, `UPDATE agentsafe.audit_events SET prev = $2, hash = $3, signature = coalesce($4, signature) WHERE seq = $1`, r.seq, prev.String(), h.String(), sig)
+		prev = h
+	}
+}
+
+func TestARowEditWithEveryLaterHashRecomputed(t *testing.T) {
+	edit := func(t *testing.T, tr *pgTrail, resign ed25519.PrivateKey) string {
+		chain := tr.chains[0]
+		tr.exec(t, `UPDATE agentsafe.audit_events SET actor_id = 'someone-else' WHERE chain = $1 AND chain_seq = 9`, chain)
+		tr.rehashFrom(t, chain, 9, resign)
+		return chain
+	}
+	t.Run("signed", func(t *testing.T) {
+		tr := writePGTrail(t, 2, 3, true)
+		_, mallory, _ := ed25519.GenerateKey(nil)
+		chain := edit(t, tr, mallory)
+		code, out := tr.verify(t, "--pubkey", tr.pubkey)
+		if code != exitTampered || !named(out, chain, "bad signature", "chain_seq 7..12") || !named(out, chain, "attested", "chain_seq 1..6") {
+			t.Fatalf("exit %d; want 1, a bad signature naming chain_seq 7..12, and 1..6 attested:\n%s", code, out)
+		}
+	})
+	t.Run("kept", func(t *testing.T) {
+		tr := writePGTrail(t, 2, 3, false)
+		chain := edit(t, tr, nil)
+		code, out := tr.verify(t, "--checkpoint", tr.kept)
+		if code != exitTampered || !named(out, chain, "rewritten", "chain_seq 7..12") || !named(out, chain, "attested", "chain_seq 1..6") {
+			t.Fatalf("exit %d; want 1, rewritten chain_seq 7..12, and 1..6 attested:\n%s", code, out)
+		}
+	})
+	t.Run("neither", func(t *testing.T) {
+		tr := writePGTrail(t, 2, 3, false)
+		chain := edit(t, tr, nil)
+		code, out := tr.verify(t)
+		if code != exitOK || !named(out, chain, "unattested", "chain_seq 1..26") {
+			t.Fatalf("exit %d; want 0 and the whole chain unattested:\n%s", code, out)
+		}
+	})
+}
+
+func TestVerifyPostgresInputErrors(t *testing.T) {
+	t.Run("no server", func(t *testing.T) {
+		code, _, errOut := agentsafe("audit", "verify", "--postgres", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+		if code != exitUsage || !strings.Contains(errOut, "--postgres") {
+			t.Errorf("exit %d, stderr %q", code, errOut)
+		}
+	})
+	t.Run("no schema", func(t *testing.T) {
+		code, _, errOut := agentsafe("audit", "verify", "--postgres", pgtest.Database(t))
+		if code != exitUsage || !strings.Contains(errOut, "audit_events") {
+			t.Errorf("exit %d, stderr %q", code, errOut)
+		}
+	})
+	t.Run("an unreadable row", func(t *testing.T) {
+		tr := writePGTrail(t, 1, 1, true)
+		tr.exec(t, `UPDATE agentsafe.audit_events SET at = 'infinity' WHERE chain_seq = 2`)
+		code, out, errOut := agentsafe("audit", "verify", "--postgres", tr.url, "--pubkey", tr.pubkey)
+		// A time that is not one reads as a modified record: it is in the
+		// chain, named, and never a crash.
+		if code != exitTampered || !named(out, tr.chains[0], "modified", "chain_seq 2") {
+			t.Errorf("exit %d, stderr %q:\n%s", code, errOut, out)
+		}
+	})
 }

@@ -173,14 +173,17 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 // records of the execution that produced a stored result (its records are
 // written before anything runs, so they are there whenever it ran). A
 // record in a chain counts unless verification flagged it. Approvals and
-// results older than the first chained record are not checked.
+// results from before migration 0007 was applied (when the trail became
+// chained) are not checked.
 func CrossCheck(ctx context.Context, conn Queryer, v *auditchain.Verifier) error {
 	flagged := v.Flagged()
 	const has = `EXISTS (SELECT 1 FROM agentsafe.audit_events e WHERE e.execution_id = %s AND e.type = '%s'
 		AND e.chain IS NOT NULL AND NOT e.seq = ANY($1))`
 	req := func(x string) string { return fmt.Sprintf(has, x, "capability.requested") }
 	start := func(x string) string { return fmt.Sprintf(has, x, "capability.started") }
-	const since = `(SELECT min(at) FROM agentsafe.audit_events WHERE chain IS NOT NULL)`
+	// Approvals and results from before the trail was chained (migration
+	// 0007) have no chained records to find.
+	const since = `(SELECT applied_at FROM agentsafe.schema_migrations WHERE version = 7)`
 	approvals := `SELECT a.id, a.requested_by, a.consumed_by, a.status,
 		a.decided_at IS NOT NULL AND NOT ` + req("a.requested_by") + `,
 		a.consumed_by <> '' AND NOT (` + req("a.consumed_by") + ` AND ` + start("a.consumed_by") + `)
