@@ -20,14 +20,7 @@ import (
 // the first of them, whichever comes first. The defaults are 1,000
 // records and 10 seconds; zero or less keeps a default.
 func WithCheckpoints(every int, interval time.Duration) AuditOption {
-	return auditOption(func(c *auditConfig) {
-		if every > 0 {
-			c.chain.Every = every
-		}
-		if interval > 0 {
-			c.chain.Interval = interval
-		}
-	})
+	return auditOption(func(c *auditConfig) { c.chain.SetCheckpoints(every, interval) })
 }
 
 // WithSigner signs every checkpoint row with key (Ed25519), so that
@@ -75,17 +68,17 @@ type chainWriter struct {
 	pending []middleware.Event
 	sealed  []auditchain.Sealed
 	skip    []middleware.Event
-	// The timer of the checkpoint due by time.
-	timer    *time.Timer
-	timerAt  time.Time
-	timerGen uint64
-	closed   bool
+	// timer arms the checkpoint due by time.
+	timer  *auditchain.Timer
+	closed bool
 	// hook keeps OnCheckpoint calls in chain order, outside mu.
 	hook sync.Mutex
 }
 
 func newChainWriter(pool *pgxpool.Pool, cfg auditchain.Config) *chainWriter {
-	return &chainWriter{pool: pool, w: auditchain.NewWriter(cfg, time.Now())}
+	c := &chainWriter{pool: pool, w: auditchain.NewWriter(cfg, time.Now())}
+	c.timer = auditchain.NewTimer(c.checkpointLater)
+	return c
 }
 
 // write writes events as the chain's next rows, in one statement, with a
@@ -124,7 +117,7 @@ func (c *chainWriter) writeLocked(ctx context.Context, events []middleware.Event
 	switch {
 	case err == nil:
 		c.w.Commit(sealed, now)
-		c.schedule(now)
+		c.timer.Arm(c.w, now)
 		return checkpoints(sealed), nil
 	case auditpg.IsServerError(err) && !auditpg.IsChainConflict(err):
 		return nil, err // refused: nothing was committed, no place taken
@@ -202,47 +195,25 @@ func (c *chainWriter) handoff(cps []auditchain.Sealed) {
 	c.w.Handoff(cps)
 }
 
-// schedule arms the timer of the checkpoint due by time; c.mu is held.
-func (c *chainWriter) schedule(now time.Time) {
-	_, at := c.w.Due(now)
-	if at.IsZero() || c.closed || c.timer != nil && !at.Before(c.timerAt) {
-		return
-	}
-	c.stopTimer()
-	gen := c.timerGen
-	c.timer, c.timerAt = time.AfterFunc(max(at.Sub(now), 0), func() { c.checkpointLater(gen) }), at
-}
-
-// stopTimer disarms the timer; c.mu is held.
-func (c *chainWriter) stopTimer() {
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
-	}
-	c.timerGen++
-}
-
-// checkpointLater writes the checkpoint due by time (timer generation gen).
+// checkpointLater writes the checkpoint due by time: the timer's
+// callback of generation gen.
 func (c *chainWriter) checkpointLater(gen uint64) {
 	c.mu.Lock()
-	if c.closed || gen != c.timerGen {
+	if c.closed || !c.timer.Take(gen) {
 		c.mu.Unlock()
 		return
 	}
-	c.timer = nil
 	now := time.Now()
 	if due, _ := c.w.Due(now); !due {
-		c.schedule(now)
+		c.timer.Arm(c.w, now)
 		c.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	cps, err := c.writeLocked(ctx, nil, []auditchain.Record{auditchain.CheckpointRecord(now)})
-	if err != nil && !c.closed && c.timer == nil {
-		// Tried again a second later: the records stay uncovered meanwhile.
-		gen := c.timerGen
-		c.timer, c.timerAt = time.AfterFunc(time.Second, func() { c.checkpointLater(gen) }), now.Add(time.Second)
+	if err != nil && !c.closed {
+		c.timer.Retry(now, time.Second) // the records stay uncovered meanwhile
 	}
 	c.handoff(cps)
 }
@@ -261,7 +232,7 @@ func (c *chainWriter) close(ctx context.Context) error {
 		cps, err = c.writeLocked(ctx, nil, []auditchain.Record{auditchain.CheckpointRecord(time.Now())})
 	}
 	c.closed = true
-	c.stopTimer()
+	c.timer.Stop()
 	c.handoff(cps)
 	if err != nil {
 		return errors.Join(errors.New("agentsafepg: the audit sink's last checkpoint"), err)

@@ -23,14 +23,7 @@ type config struct {
 // first of them, whichever comes first. The defaults are 1,000 records
 // and 10 seconds; zero or less keeps a default.
 func WithCheckpoints(every int, interval time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if every > 0 {
-			c.chain.Every = every
-		}
-		if interval > 0 {
-			c.chain.Interval = interval
-		}
-	})
+	return optionFunc(func(c *config) { c.chain.SetCheckpoints(every, interval) })
 }
 
 // WithSigner signs every checkpoint with key (Ed25519), so that whoever

@@ -38,14 +38,11 @@ type Sink struct {
 	// torn: the last Write stopped inside a line, so the next one starts
 	// with a newline that ends it (the torn line is not part of the chain).
 	torn bool
-	// The timer of the checkpoint due by time: it fires at timerAt;
-	// timerGen tells a callback of a timer that was replaced.
-	timer    *time.Timer
-	timerAt  time.Time
-	timerGen uint64
-	sealed   []auditchain.Sealed
-	recs     []auditchain.Record
-	out      []byte
+	// timer arms the checkpoint due by time.
+	timer  *auditchain.Timer
+	sealed []auditchain.Sealed
+	recs   []auditchain.Record
+	out    []byte
 	// committed is how many of sealed the last write stored.
 	committed int
 	// hook serializes OnCheckpoint calls, in chain order, outside mu.
@@ -78,7 +75,9 @@ func New(w io.Writer, opts ...Option) (*Sink, error) {
 	if err := cfg.chain.Check(); err != nil {
 		return nil, fmt.Errorf("auditlog: %w", err)
 	}
-	return &Sink{w: w, chain: auditchain.NewWriter(cfg.chain, time.Now())}, nil
+	s := &Sink{w: w, chain: auditchain.NewWriter(cfg.chain, time.Now())}
+	s.timer = auditchain.NewTimer(s.checkpointLater)
+	return s, nil
 }
 
 // Chain is the id of the sink's chain.
@@ -115,7 +114,7 @@ func (s *Sink) Close() error {
 	}
 	if _, at := s.chain.Due(time.Now()); at.IsZero() {
 		s.closed = true
-		s.stopTimer()
+		s.timer.Stop()
 		s.mu.Unlock()
 		return nil
 	}
@@ -137,7 +136,7 @@ func (s *Sink) write(recs []auditchain.Record, closing bool) error {
 	}
 	if closing {
 		s.closed = true
-		s.stopTimer()
+		s.timer.Stop()
 	}
 	if cps == nil {
 		s.mu.Unlock()
@@ -178,7 +177,7 @@ func (s *Sink) writeLocked(recs []auditchain.Record) error {
 		}
 	}
 	s.chain.Commit(s.sealed[:s.committed], now)
-	s.schedule(now)
+	s.timer.Arm(s.chain, now)
 	if err == nil && n < len(out) {
 		err = io.ErrShortWrite
 	}
@@ -188,38 +187,17 @@ func (s *Sink) writeLocked(recs []auditchain.Record) error {
 	return nil
 }
 
-// schedule arms the timer of the checkpoint due by time, for when the
-// oldest record no checkpoint covers is Interval old; s.mu is held.
-func (s *Sink) schedule(now time.Time) {
-	_, at := s.chain.Due(now)
-	if at.IsZero() || s.closed || s.timer != nil && !at.Before(s.timerAt) {
-		return
-	}
-	s.stopTimer()
-	gen := s.timerGen
-	s.timer, s.timerAt = time.AfterFunc(max(at.Sub(now), 0), func() { s.checkpointLater(gen) }), at
-}
-
-// stopTimer disarms the checkpoint timer; s.mu is held.
-func (s *Sink) stopTimer() {
-	if s.timer != nil {
-		s.timer.Stop()
-		s.timer = nil
-	}
-	s.timerGen++ // a callback already on its way finds itself stale
-}
-
-// checkpointLater is the write of the timer of generation gen.
+// checkpointLater writes the checkpoint due by time: the timer's
+// callback of generation gen.
 func (s *Sink) checkpointLater(gen uint64) {
 	s.mu.Lock()
-	if s.closed || gen != s.timerGen {
+	if s.closed || !s.timer.Take(gen) {
 		s.mu.Unlock()
 		return
 	}
-	s.timer = nil
 	now := time.Now()
 	if due, _ := s.chain.Due(now); !due {
-		s.schedule(now)
+		s.timer.Arm(s.chain, now)
 		s.mu.Unlock()
 		return
 	}
@@ -227,9 +205,8 @@ func (s *Sink) checkpointLater(gen uint64) {
 	if s.write(s.recs, false) != nil {
 		// Tried again a second later: the records stay uncovered meanwhile.
 		s.mu.Lock()
-		if !s.closed && s.timer == nil {
-			gen := s.timerGen
-			s.timer, s.timerAt = time.AfterFunc(time.Second, func() { s.checkpointLater(gen) }), now.Add(time.Second)
+		if !s.closed {
+			s.timer.Retry(now, time.Second)
 		}
 		s.mu.Unlock()
 	}

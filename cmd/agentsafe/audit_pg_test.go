@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentsafe/agentsafe/agentsafepg"
-	"github.com/agentsafe/agentsafe/auditlog"
 	"github.com/agentsafe/agentsafe/internal/auditchain"
 	"github.com/agentsafe/agentsafe/internal/auditpg"
 	"github.com/agentsafe/agentsafe/internal/pgtest"
@@ -52,38 +48,19 @@ func writePGTrail(t *testing.T, chains, executions int, signed bool) *pgTrail {
 		tr.pubkey = writePublicKey(t, dir, "signer.pem", pub)
 		opts = append(opts, agentsafepg.WithSigner(key))
 	}
-	var mu sync.Mutex
-	var kept []byte
-	opts = append(opts, agentsafepg.OnCheckpoint(func(c auditlog.Checkpoint) {
-		b, _ := json.Marshal(c)
-		mu.Lock()
-		kept = append(append(kept, b...), '\n')
-		mu.Unlock()
-	}))
-	var wg sync.WaitGroup
-	for c := range chains {
+	var kept keeper
+	opts = append(opts, agentsafepg.OnCheckpoint(kept.keep))
+	var sinks []sink
+	for range chains {
 		s, err := agentsafepg.NewAuditSink(pool, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tr.chains = append(tr.chains, s.Chain())
-		wg.Go(func() {
-			for n := range executions {
-				for _, e := range eventsOf(c*1000 + n) {
-					if err := s.Record(t.Context(), e); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-			if err := s.Close(t.Context()); err != nil {
-				t.Error(err)
-			}
-		})
+		sinks = append(sinks, sink{s.Record, func() error { return s.Close(t.Context()) }})
 	}
-	wg.Wait()
-	if err := os.WriteFile(tr.kept, kept, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	recordAll(t, sinks, executions)
+	kept.save(t, tr.kept)
 	return tr
 }
 

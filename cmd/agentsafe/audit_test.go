@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/x509"
@@ -81,42 +82,68 @@ func writeTrail(t *testing.T, chains, executions int, signed bool) *trail {
 		tr.key, tr.pubkey = key, writePublicKey(t, dir, "signer.pem", pub)
 		opts = append(opts, auditlog.WithSigner(key))
 	}
-	var mu sync.Mutex
-	var kept bytes.Buffer
-	opts = append(opts, auditlog.OnCheckpoint(func(c auditlog.Checkpoint) {
-		b, err := json.Marshal(c)
-		if err != nil {
-			t.Error(err)
-		}
-		mu.Lock()
-		kept.Write(append(b, '\n'))
-		mu.Unlock()
-	}))
-	var wg sync.WaitGroup
-	for c := range chains {
+	var kept keeper
+	opts = append(opts, auditlog.OnCheckpoint(kept.keep))
+	var sinks []sink
+	for range chains {
 		s, err := auditlog.New(f, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tr.chains = append(tr.chains, s.Chain())
+		sinks = append(sinks, sink{s.Record, s.Close})
+	}
+	recordAll(t, sinks, executions)
+	kept.save(t, tr.kept)
+	return tr
+}
+
+// keeper keeps the checkpoints a sink's hook hands it, as JSON Lines.
+type keeper struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (k *keeper) keep(c auditlog.Checkpoint) {
+	line, _ := json.Marshal(c)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.b.Write(append(line, '\n'))
+}
+
+func (k *keeper) save(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, k.b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sink is a chained audit sink under test.
+type sink struct {
+	record func(context.Context, middleware.Event) error
+	close  func() error
+}
+
+// recordAll has every sink record the trails of executions executions,
+// all sinks at once, then closes them.
+func recordAll(t *testing.T, sinks []sink, executions int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for c, s := range sinks {
 		wg.Go(func() {
 			for n := range executions {
 				for _, e := range eventsOf(c*1000 + n) {
-					if err := s.Record(t.Context(), e); err != nil {
+					if err := s.record(t.Context(), e); err != nil {
 						t.Error(err)
 					}
 				}
 			}
-			if err := s.Close(); err != nil {
+			if err := s.close(); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if err := os.WriteFile(tr.kept, kept.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return tr
 }
 
 func writePublicKey(t *testing.T, dir, name string, pub ed25519.PublicKey) string {

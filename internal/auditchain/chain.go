@@ -70,6 +70,17 @@ type Config struct {
 	OnCheckpoint func(Checkpoint)
 }
 
+// SetCheckpoints sets Every and Interval, each only when positive: the
+// sinks' WithCheckpoints options.
+func (c *Config) SetCheckpoints(every int, interval time.Duration) {
+	if every > 0 {
+		c.Every = every
+	}
+	if interval > 0 {
+		c.Interval = interval
+	}
+}
+
 // Check reports what is wrong with c.
 func (c *Config) Check() error {
 	if c.Signer != nil && len(c.Signer) != ed25519.PrivateKeySize {
