@@ -22,8 +22,8 @@ import (
 // newConnectServer serves the service with connect-go handlers: Connect,
 // gRPC and gRPC-Web, over HTTP/1.1 or HTTP/2 (h2c, or TLS when asked).
 // With eng, every procedure is governed through one connectadapter
-// interceptor.
-func newConnectServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, eng *middleware.Engine) (*http.Server, error) {
+// interceptor. d is how the handlers wait a response delay.
+func newConnectServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, eng *middleware.Engine, d delay) (*http.Server, error) {
 	opts := []connect.HandlerOption{connect.WithCodec(strictJSONCodec{})}
 	if eng != nil {
 		opts = append(opts, connect.WithInterceptors(connectadapter.NewInterceptor(eng)))
@@ -32,7 +32,7 @@ func newConnectServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Confi
 		opts = append(opts, connect.WithReadMaxBytes(int(req.GetMessageReceiveLimit())))
 	}
 	mux := http.NewServeMux()
-	mux.Handle(conformancev1connect.NewConformanceServiceHandler(connectService{}, opts...))
+	mux.Handle(conformancev1connect.NewConformanceServiceHandler(connectService{delay: d}, opts...))
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 1 && strings.HasSuffix(r.URL.Path, conformancev1connect.ConformanceServiceBidiStreamProcedure) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"connectrpc.com/connect"
 	conformancev1 "github.com/agentsafe/agentsafe/interop/internal/gen/connectrpc/conformance/v1"
@@ -20,16 +19,17 @@ import (
 // framework answers it.
 type connectService struct {
 	conformancev1connect.UnimplementedConformanceServiceHandler
+	delay delay
 }
 
-func (connectService) Unary(ctx context.Context, req *connect.Request[conformancev1.UnaryRequest]) (*connect.Response[conformancev1.UnaryResponse], error) {
-	return connectUnary(ctx, req, func(p *conformancev1.ConformancePayload) *conformancev1.UnaryResponse {
+func (s connectService) Unary(ctx context.Context, req *connect.Request[conformancev1.UnaryRequest]) (*connect.Response[conformancev1.UnaryResponse], error) {
+	return connectUnary(ctx, s.delay, req, func(p *conformancev1.ConformancePayload) *conformancev1.UnaryResponse {
 		return &conformancev1.UnaryResponse{Payload: p}
 	})
 }
 
-func (connectService) IdempotentUnary(ctx context.Context, req *connect.Request[conformancev1.IdempotentUnaryRequest]) (*connect.Response[conformancev1.IdempotentUnaryResponse], error) {
-	return connectUnary(ctx, req, func(p *conformancev1.ConformancePayload) *conformancev1.IdempotentUnaryResponse {
+func (s connectService) IdempotentUnary(ctx context.Context, req *connect.Request[conformancev1.IdempotentUnaryRequest]) (*connect.Response[conformancev1.IdempotentUnaryResponse], error) {
+	return connectUnary(ctx, s.delay, req, func(p *conformancev1.ConformancePayload) *conformancev1.IdempotentUnaryResponse {
 		return &conformancev1.IdempotentUnaryResponse{Payload: p}
 	})
 }
@@ -41,7 +41,7 @@ type unaryRequest[T any] interface {
 	GetResponseDefinition() *conformancev1.UnaryResponseDefinition
 }
 
-func connectUnary[Req, Res any, R unaryRequest[Req]](ctx context.Context, req *connect.Request[Req], wrap func(*conformancev1.ConformancePayload) *Res) (*connect.Response[Res], error) {
+func connectUnary[Req, Res any, R unaryRequest[Req]](ctx context.Context, d delay, req *connect.Request[Req], wrap func(*conformancev1.ConformancePayload) *Res) (*connect.Response[Res], error) {
 	msg := R(req.Msg)
 	reqAny, err := asAny(msg)
 	if err != nil {
@@ -56,12 +56,14 @@ func connectUnary[Req, Res any, R unaryRequest[Req]](ctx context.Context, req *c
 	if def != nil {
 		addHeaders(def.GetResponseHeaders(), res.Header())
 		addHeaders(def.GetResponseTrailers(), res.Trailer())
-		time.Sleep(time.Duration(def.GetResponseDelayMs()) * time.Millisecond)
+		if err := d.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }
 
-func (connectService) ClientStream(ctx context.Context, stream *connect.ClientStream[conformancev1.ClientStreamRequest]) (*connect.Response[conformancev1.ClientStreamResponse], error) {
+func (s connectService) ClientStream(ctx context.Context, stream *connect.ClientStream[conformancev1.ClientStreamRequest]) (*connect.Response[conformancev1.ClientStreamResponse], error) {
 	var def *conformancev1.UnaryResponseDefinition
 	var reqs []*anypb.Any
 	first := true
@@ -91,12 +93,14 @@ func (connectService) ClientStream(ctx context.Context, stream *connect.ClientSt
 	if def != nil {
 		addHeaders(def.GetResponseHeaders(), res.Header())
 		addHeaders(def.GetResponseTrailers(), res.Trailer())
-		time.Sleep(time.Duration(def.GetResponseDelayMs()) * time.Millisecond)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }
 
-func (connectService) ServerStream(ctx context.Context, req *connect.Request[conformancev1.ServerStreamRequest], stream *connect.ServerStream[conformancev1.ServerStreamResponse]) error {
+func (s connectService) ServerStream(ctx context.Context, req *connect.Request[conformancev1.ServerStreamRequest], stream *connect.ServerStream[conformancev1.ServerStreamResponse]) error {
 	reqAny, err := asAny(req.Msg)
 	if err != nil {
 		return err
@@ -114,14 +118,15 @@ func (connectService) ServerStream(ctx context.Context, req *connect.Request[con
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("error sending on stream: %w", err))
 		}
 	}
-	delay := time.Duration(def.GetResponseDelayMs()) * time.Millisecond
 	sent := 0
 	for _, data := range def.GetResponseData() {
 		res := &conformancev1.ServerStreamResponse{Payload: &conformancev1.ConformancePayload{Data: data}}
 		if sent == 0 {
 			res.Payload.RequestInfo = requestInfo(ctx, protoHeaders(req.Header()), req.Peer().Query, []*anypb.Any{reqAny})
 		}
-		time.Sleep(delay)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return err
+		}
 		if err := stream.Send(res); err != nil {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("error sending on stream: %w", err))
 		}
@@ -141,9 +146,8 @@ func (connectService) ServerStream(ctx context.Context, req *connect.Request[con
 	return connectError(def.GetError(), extra...)
 }
 
-func (connectService) BidiStream(ctx context.Context, stream *connect.BidiStream[conformancev1.BidiStreamRequest, conformancev1.BidiStreamResponse]) error {
+func (s connectService) BidiStream(ctx context.Context, stream *connect.BidiStream[conformancev1.BidiStreamRequest, conformancev1.BidiStreamResponse]) error {
 	var def *conformancev1.StreamResponseDefinition
-	var delay time.Duration
 	var reqs []*anypb.Any
 	fullDuplex, first, sent := false, true, 0
 	info := func() *conformancev1.ConformancePayload_RequestInfo {
@@ -177,7 +181,6 @@ func (connectService) BidiStream(ctx context.Context, stream *connect.BidiStream
 						return connect.NewError(connect.CodeInternal, fmt.Errorf("error sending on stream: %w", err))
 					}
 				}
-				delay = time.Duration(def.GetResponseDelayMs()) * time.Millisecond
 			}
 		}
 		if !fullDuplex {
@@ -192,7 +195,9 @@ func (connectService) BidiStream(ctx context.Context, stream *connect.BidiStream
 		} else {
 			res.Payload.RequestInfo = &conformancev1.ConformancePayload_RequestInfo{Requests: reqs}
 		}
-		time.Sleep(delay)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return err
+		}
 		if err := stream.Send(res); err != nil {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("error sending on stream: %w", err))
 		}
@@ -216,7 +221,9 @@ func (connectService) BidiStream(ctx context.Context, stream *connect.BidiStream
 		if sent == 0 {
 			res.Payload.RequestInfo = info()
 		}
-		time.Sleep(delay)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return err
+		}
 		if err := stream.Send(res); err != nil {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("error sending on stream: %w", err))
 		}

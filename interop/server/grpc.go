@@ -15,8 +15,9 @@ import (
 
 // newGRPCServer serves the service with grpc.NewServer: the gRPC protocol
 // over HTTP/2, in clear text or with TLS. With eng, every procedure is
-// governed through grpcadapter.ServerOptions.
-func newGRPCServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, eng *middleware.Engine) (*grpc.Server, error) {
+// governed through grpcadapter.ServerOptions. d is how the handlers wait a
+// response delay.
+func newGRPCServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, eng *middleware.Engine, d delay) (*grpc.Server, error) {
 	if p := req.GetProtocol(); p != conformancev1.Protocol_PROTOCOL_GRPC {
 		return nil, fmt.Errorf("protocol %s is not supported by the grpc-go server", p)
 	}
@@ -38,7 +39,7 @@ func newGRPCServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, 
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	srv := grpc.NewServer(opts...)
-	conformancev1.RegisterConformanceServiceServer(srv, grpcService{})
+	conformancev1.RegisterConformanceServiceServer(srv, grpcService{delay: d})
 	return srv, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	conformancev1 "github.com/agentsafe/agentsafe/interop/internal/gen/connectrpc/conformance/v1"
@@ -24,10 +23,11 @@ import (
 // embedded type, so the framework answers it.
 type grpcService struct {
 	conformancev1.UnimplementedConformanceServiceServer
+	delay delay
 }
 
-func (grpcService) Unary(ctx context.Context, req *conformancev1.UnaryRequest) (*conformancev1.UnaryResponse, error) {
-	payload, err := grpcUnary(ctx, req, req.GetResponseDefinition())
+func (s grpcService) Unary(ctx context.Context, req *conformancev1.UnaryRequest) (*conformancev1.UnaryResponse, error) {
+	payload, err := grpcUnary(ctx, s.delay, req, req.GetResponseDefinition())
 	if err != nil {
 		return nil, err
 	}
@@ -37,15 +37,15 @@ func (grpcService) Unary(ctx context.Context, req *conformancev1.UnaryRequest) (
 // IdempotentUnary is only ever called with Connect GET requests, which
 // grpc-go does not serve; it is implemented so that every procedure of the
 // service has a handler to govern.
-func (grpcService) IdempotentUnary(ctx context.Context, req *conformancev1.IdempotentUnaryRequest) (*conformancev1.IdempotentUnaryResponse, error) {
-	payload, err := grpcUnary(ctx, req, req.GetResponseDefinition())
+func (s grpcService) IdempotentUnary(ctx context.Context, req *conformancev1.IdempotentUnaryRequest) (*conformancev1.IdempotentUnaryResponse, error) {
+	payload, err := grpcUnary(ctx, s.delay, req, req.GetResponseDefinition())
 	if err != nil {
 		return nil, err
 	}
 	return &conformancev1.IdempotentUnaryResponse{Payload: payload}, nil
 }
 
-func grpcUnary(ctx context.Context, req proto.Message, def *conformancev1.UnaryResponseDefinition) (*conformancev1.ConformancePayload, error) {
+func grpcUnary(ctx context.Context, d delay, req proto.Message, def *conformancev1.UnaryResponseDefinition) (*conformancev1.ConformancePayload, error) {
 	reqAny, err := grpcAsAny(req)
 	if err != nil {
 		return nil, err
@@ -57,12 +57,14 @@ func grpcUnary(ctx context.Context, req proto.Message, def *conformancev1.UnaryR
 		if err := grpc.SetTrailer(ctx, protoToMetadata(def.GetResponseTrailers())); err != nil {
 			return nil, err
 		}
-		time.Sleep(time.Duration(def.GetResponseDelayMs()) * time.Millisecond)
+		if err := d.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
 	}
 	return grpcUnaryOutcome(ctx, def, []*anypb.Any{reqAny})
 }
 
-func (grpcService) ClientStream(stream grpc.ClientStreamingServer[conformancev1.ClientStreamRequest, conformancev1.ClientStreamResponse]) error {
+func (s grpcService) ClientStream(stream grpc.ClientStreamingServer[conformancev1.ClientStreamRequest, conformancev1.ClientStreamResponse]) error {
 	ctx := stream.Context()
 	var def *conformancev1.UnaryResponseDefinition
 	var reqs []*anypb.Any
@@ -92,7 +94,9 @@ func (grpcService) ClientStream(stream grpc.ClientStreamingServer[conformancev1.
 			return err
 		}
 		stream.SetTrailer(protoToMetadata(def.GetResponseTrailers()))
-		time.Sleep(time.Duration(def.GetResponseDelayMs()) * time.Millisecond)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return status.FromContextError(err).Err()
+		}
 	}
 	payload, err := grpcUnaryOutcome(ctx, def, reqs)
 	if err != nil {
@@ -101,7 +105,7 @@ func (grpcService) ClientStream(stream grpc.ClientStreamingServer[conformancev1.
 	return stream.SendAndClose(&conformancev1.ClientStreamResponse{Payload: payload})
 }
 
-func (grpcService) ServerStream(req *conformancev1.ServerStreamRequest, stream grpc.ServerStreamingServer[conformancev1.ServerStreamResponse]) error {
+func (s grpcService) ServerStream(req *conformancev1.ServerStreamRequest, stream grpc.ServerStreamingServer[conformancev1.ServerStreamResponse]) error {
 	ctx := stream.Context()
 	reqAny, err := grpcAsAny(req)
 	if err != nil {
@@ -126,7 +130,9 @@ func (grpcService) ServerStream(req *conformancev1.ServerStreamRequest, stream g
 		if sent == 0 {
 			res.Payload.RequestInfo = info()
 		}
-		time.Sleep(time.Duration(def.GetResponseDelayMs()) * time.Millisecond)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return status.FromContextError(err).Err()
+		}
 		if err := stream.Send(res); err != nil {
 			return status.Errorf(codes.Internal, "error sending on stream: %s", err)
 		}
@@ -146,7 +152,7 @@ func (grpcService) ServerStream(req *conformancev1.ServerStreamRequest, stream g
 	return grpcError(def.GetError(), extra...)
 }
 
-func (grpcService) BidiStream(stream grpc.BidiStreamingServer[conformancev1.BidiStreamRequest, conformancev1.BidiStreamResponse]) error {
+func (s grpcService) BidiStream(stream grpc.BidiStreamingServer[conformancev1.BidiStreamRequest, conformancev1.BidiStreamResponse]) error {
 	ctx := stream.Context()
 	var def *conformancev1.StreamResponseDefinition
 	var reqs []*anypb.Any
@@ -191,7 +197,9 @@ func (grpcService) BidiStream(stream grpc.BidiStreamingServer[conformancev1.Bidi
 		} else {
 			res.Payload.RequestInfo = &conformancev1.ConformancePayload_RequestInfo{Requests: reqs}
 		}
-		time.Sleep(time.Duration(def.GetResponseDelayMs()) * time.Millisecond)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return status.FromContextError(err).Err()
+		}
 		if err := stream.Send(res); err != nil {
 			return status.Errorf(codes.Internal, "error sending on stream: %s", err)
 		}
@@ -209,7 +217,9 @@ func (grpcService) BidiStream(stream grpc.BidiStreamingServer[conformancev1.Bidi
 		if sent == 0 {
 			res.Payload.RequestInfo = info()
 		}
-		time.Sleep(time.Duration(def.GetResponseDelayMs()) * time.Millisecond)
+		if err := s.delay.wait(ctx, def.GetResponseDelayMs()); err != nil {
+			return status.FromContextError(err).Err()
+		}
 		if err := stream.Send(res); err != nil {
 			return status.Errorf(codes.Internal, "error sending on stream: %s", err)
 		}

@@ -5,7 +5,7 @@
 // through agentsafe's adapter for that framework, so that the suite can
 // tell whether agentsafe is invisible to the protocol.
 //
-//	server -impl connect|grpc [-agentsafe [-events FILE]]
+//	server -impl connect|grpc [-agentsafe [-events FILE]] [-honour-context]
 //
 // As the suite's docs/testing_servers.md asks, it reads one size-delimited
 // ServerCompatRequest from stdin, listens on an ephemeral loopback port,
@@ -37,14 +37,15 @@ func main() {
 	impl := flag.String("impl", "connect", "the framework serving the service: connect (connect-go handlers: Connect, gRPC, gRPC-Web) or grpc (grpc.NewServer)")
 	governed := flag.Bool("agentsafe", false, "govern every procedure of the service through agentsafe")
 	events := flag.String("events", "", "with -agentsafe: once stopped, append the engine's event counts to this file, one line")
+	honour := flag.Bool("honour-context", false, "end a response delay when the handler's context ends, failing with its error, instead of sleeping it whole as the suite's reference servers do")
 	flag.Parse()
-	if err := run(*impl, *governed, *events, os.Stdin, os.Stdout); err != nil {
+	if err := run(*impl, *governed, *events, delay{honourContext: *honour}, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
 }
 
-func run(impl string, governed bool, events string, in io.Reader, out io.Writer) error {
+func run(impl string, governed bool, events string, d delay, in io.Reader, out io.Writer) error {
 	var eng *middleware.Engine
 	var counter *eventCounter
 	if governed {
@@ -72,7 +73,7 @@ func run(impl string, governed bool, events string, in io.Reader, out io.Writer)
 	var stop func()
 	switch impl {
 	case "connect":
-		srv, err := newConnectServer(req, tlsConf, eng)
+		srv, err := newConnectServer(req, tlsConf, eng, d)
 		if err != nil {
 			return err
 		}
@@ -85,7 +86,7 @@ func run(impl string, governed bool, events string, in io.Reader, out io.Writer)
 			}
 		}
 	case "grpc":
-		srv, err := newGRPCServer(req, tlsConf, eng)
+		srv, err := newGRPCServer(req, tlsConf, eng, d)
 		if err != nil {
 			return err
 		}

@@ -69,7 +69,7 @@ func TestReport(t *testing.T) {
 		failsWithout[f.name] = true
 	}
 	var b strings.Builder
-	if n := report(&b, "grpc", 3, failing, failsWithout); n != 1 {
+	if n := report(&b, "grpc", 3, failing, failsWithout, nil); n != 1 {
 		t.Errorf("report found %d unclassified failures, want 1", n)
 	}
 	out := b.String()
