@@ -221,7 +221,7 @@ func parseStoredTime(t *time.Time, s string) bool {
 // scanCanonical reads line as an object in the RFC 8785 form the sinks
 // write: no whitespace, ASCII member names in strictly increasing order,
 // strings escaped as RFC 8785 escapes them, integers of at most 2^53−1,
-// true, false and null, nothing nested. It reports false for anything
+// true, false and null, and arrays of strings; nothing else nested. It reports false for anything
 // else, which may still be JSON (package digest decides).
 func (p *lineParser) scanCanonical(line []byte) ([]member, bool) {
 	n := len(line)
@@ -287,6 +287,27 @@ func scanValue(line []byte, i int) (int, bool) {
 		return i, false
 	}
 	switch c := line[i]; {
+	case c == '[':
+		// An array of strings (a record's altered fields).
+		i++
+		if i < n && line[i] == ']' {
+			return i + 1, true
+		}
+		for i < n && line[i] == '"' {
+			end, ok := scanValue(line, i)
+			if !ok || end >= n {
+				return end, false
+			}
+			switch line[end] {
+			case ']':
+				return end + 1, true
+			case ',':
+				i = end + 1
+			default:
+				return end, false
+			}
+		}
+		return i, false
 	case c == '"':
 		i++
 		for i < n {

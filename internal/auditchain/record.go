@@ -21,6 +21,7 @@ type Field uint8
 const (
 	ActorID Field = iota
 	ActorTenant
+	Altered
 	ApprovalID
 	ApproverID
 	ApproverTenant
@@ -58,6 +59,7 @@ const (
 	kBool
 	kTime
 	kHash
+	kStrings
 )
 
 var fields = [numFields]struct {
@@ -66,6 +68,7 @@ var fields = [numFields]struct {
 }{
 	ActorID:           {"actor_id", kString},
 	ActorTenant:       {"actor_tenant", kString},
+	Altered:           {"altered", kStrings},
 	ApprovalID:        {"approval_id", kString},
 	ApproverID:        {"approver_id", kString},
 	ApproverTenant:    {"approver_tenant", kString},
@@ -120,6 +123,7 @@ type Record struct {
 	ints [numFields]int64
 	time time.Time
 	prev Hash
+	list []string // Altered
 }
 
 // Has reports whether f is present.
@@ -145,6 +149,12 @@ func (r *Record) SetBool(f Field, b bool) {
 
 // SetTime sets the record's time, truncated to microseconds, in UTC.
 func (r *Record) SetTime(t time.Time) { r.time = StoredTime(t); r.set |= 1 << Time }
+
+// SetStrings sets the list field f (Altered), present even when empty.
+func (r *Record) SetStrings(f Field, l []string) { r.list = l; r.set |= 1 << f }
+
+// Strings returns the list field f (nil when absent).
+func (r *Record) Strings(Field) []string { return r.list }
 
 // SetPrev sets the prev field.
 func (r *Record) SetPrev(h Hash) { r.prev = h; r.set |= 1 << Prev }
@@ -267,6 +277,15 @@ func (r *Record) appendCanonical(dst []byte) ([]byte, encoded) {
 			dst = append(dst, '"')
 			dst = hex.AppendEncode(dst, r.prev[:])
 			dst = append(dst, '"')
+		case kStrings:
+			dst = append(dst, '[')
+			for i, v := range r.list {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendString(dst, v)
+			}
+			dst = append(dst, ']')
 		}
 	}
 	dst = append(dst, '}')

@@ -45,6 +45,12 @@ func randomRecord(r *rand.Rand) Record {
 			rec.SetBool(f, r.IntN(2) == 0)
 		case kTime:
 			rec.SetTime(time.Unix(r.Int64N(1<<34), r.Int64N(1e9)))
+		case kStrings:
+			var l []string
+			for range r.IntN(3) {
+				l = append(l, awkward[r.IntN(len(awkward))])
+			}
+			rec.SetStrings(f, l)
 		}
 	}
 	return rec
@@ -175,6 +181,8 @@ func FuzzOnePassReaderAcceptsOnlyRFC8785(f *testing.F) {
 	f.Add([]byte(`{"a":"\u001f","b":-12,"c":[1]}`))
 	f.Add([]byte(`{"a":"\u000a"}`))
 	f.Add([]byte(`{"a":9007199254740993}`))
+	f.Add([]byte(`{"a":["x","y\n"],"b":[]}`))
+	f.Add([]byte(`{"a":["x",1]}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		p := &lineParser{h: sha256.New()}
 		if _, ok := p.scanCanonical(line); !ok {
