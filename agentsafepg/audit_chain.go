@@ -67,7 +67,7 @@ type chainWriter struct {
 	unsure  bool
 	pending []middleware.Event
 	sealed  []auditchain.Sealed
-	skip    []middleware.Event
+	resent  auditchain.Resent
 	// timer arms the checkpoint due by time.
 	timer  *auditchain.Timer
 	closed bool
@@ -102,7 +102,7 @@ func (c *chainWriter) writeLocked(ctx context.Context, events []middleware.Event
 			return nil, err
 		}
 	}
-	events = c.skipWritten(events)
+	events = c.resent.Drop(events)
 	if len(events) == 0 && len(extra) == 0 {
 		return nil, nil
 	}
@@ -140,36 +140,12 @@ func (c *chainWriter) settle(ctx context.Context) error {
 		uint64(c.sealed[len(c.sealed)-1].Record.Int(auditchain.ChainSeq)) == seq
 	if committed {
 		c.w.Commit(c.sealed, time.Now())
-		c.skip = c.pending
+		c.resent.Remember(c.pending)
 	} else if cur, _ := c.w.Head(); seq != cur {
 		c.w.SetHead(seq, h) // not ours to explain: go on from what is stored
 	}
 	c.unsure, c.pending, c.sealed = false, nil, nil
 	return nil
-}
-
-// skipWritten drops from events those of a write found committed after
-// its reply was lost: the engine sends a failed batch's queued records
-// again, in order (and its synchronous ones not at all).
-func (c *chainWriter) skipWritten(events []middleware.Event) []middleware.Event {
-	if len(c.skip) == 0 {
-		return events
-	}
-	out := events[:0:0]
-	j := 0
-	for i, e := range events {
-		k := j
-		for k < len(c.skip) && c.skip[k] != e {
-			k++
-		}
-		if k == len(c.skip) {
-			out = append(out, events[i:]...)
-			break
-		}
-		j = k + 1
-	}
-	c.skip = nil
-	return out
 }
 
 // checkpoints are the checkpoint rows among sealed.

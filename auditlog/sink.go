@@ -42,6 +42,10 @@ type Sink struct {
 	timer  *auditchain.Timer
 	sealed []auditchain.Sealed
 	recs   []auditchain.Record
+	events []middleware.Event
+	// resent drops the records a failed write stored nonetheless when the
+	// engine sends them again.
+	resent auditchain.Resent
 	out    []byte
 	// committed is how many of sealed the last write stored.
 	committed int
@@ -87,8 +91,19 @@ func (s *Sink) Chain() string { return s.chain.ID() }
 // It implements middleware.AuditSink.
 func (s *Sink) Record(_ context.Context, e middleware.Event) error {
 	s.mu.Lock()
-	s.recs = append(s.recs[:0], auditchain.FromEvent(e))
-	return s.write(s.recs, false)
+	s.events = append(s.events[:0], e)
+	return s.write(s.events, nil, false)
+}
+
+// RecordBatch writes the lines of events (and a checkpoint due with them)
+// in one Write call, in order, and returns once they are written, or
+// with why they were not; it implements middleware.BatchAuditSink (group
+// commit). A write that stops after some lines keeps those in the chain,
+// reports the failure, and does not write them again when the engine
+// sends them once more.
+func (s *Sink) RecordBatch(_ context.Context, events []middleware.Event) error {
+	s.mu.Lock()
+	return s.write(events, nil, false)
 }
 
 // HandleEvent writes e's line; a failure is counted ([Sink.Failed]). It
@@ -118,16 +133,16 @@ func (s *Sink) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.recs = append(s.recs[:0], auditchain.CheckpointRecord(time.Now()))
-	return s.write(s.recs, true)
+	return s.write(nil, []auditchain.Record{auditchain.CheckpointRecord(time.Now())}, true)
 }
 
-// write seals recs, writes their lines in one Write, commits the records
-// whose lines were written whole, closes the sink when closing, and hands
-// the checkpoints written to the hook. s.mu is held, and released before
-// the hook runs (s.hook keeps the calls in chain order).
-func (s *Sink) write(recs []auditchain.Record, closing bool) error {
-	err := s.writeLocked(recs)
+// write seals the records of events and extra (a checkpoint), writes
+// their lines in one Write, commits the records whose lines were written
+// whole, closes the sink when closing, and hands the checkpoints written
+// to the hook. s.mu is held, and released before the hook runs (s.hook
+// keeps the calls in chain order).
+func (s *Sink) write(events []middleware.Event, extra []auditchain.Record, closing bool) error {
+	err := s.writeLocked(events, extra)
 	var cps []auditchain.Sealed
 	for _, r := range s.sealed[:s.committed] {
 		if r.Record.String(auditchain.Type) == auditchain.CheckpointType {
@@ -150,10 +165,20 @@ func (s *Sink) write(recs []auditchain.Record, closing bool) error {
 }
 
 // writeLocked does write's writing; s.mu is held.
-func (s *Sink) writeLocked(recs []auditchain.Record) error {
+func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record) error {
 	s.committed = 0
 	if s.closed {
 		return ErrClosed
+	}
+	events = s.resent.Drop(events)
+	recs := s.recs[:0]
+	for _, e := range events {
+		recs = append(recs, auditchain.FromEvent(e))
+	}
+	recs = append(recs, extra...)
+	s.recs = recs
+	if len(recs) == 0 {
+		return nil
 	}
 	now := time.Now()
 	s.sealed = s.chain.Seal(s.sealed[:0], recs, true, now)
@@ -178,13 +203,21 @@ func (s *Sink) writeLocked(recs []auditchain.Record) error {
 	}
 	s.chain.Commit(s.sealed[:s.committed], now)
 	s.timer.Arm(s.chain, now)
-	if err == nil && n < len(out) {
+	if s.committed == len(s.sealed) {
+		return nil // every line is written: a late error changes nothing
+	}
+	if err == nil {
 		err = io.ErrShortWrite
 	}
-	if err != nil {
-		return fmt.Errorf("auditlog: write: %w", err)
+	// The events whose lines were written whole are in the chain.
+	stored := 0
+	for _, sl := range s.sealed[:s.committed] {
+		if sl.Record.String(auditchain.Type) != auditchain.CheckpointType {
+			stored++
+		}
 	}
-	return nil
+	s.resent.Remember(events[:min(stored, len(events))])
+	return fmt.Errorf("auditlog: write: %w", err)
 }
 
 // checkpointLater writes the checkpoint due by time: the timer's
@@ -201,8 +234,7 @@ func (s *Sink) checkpointLater(gen uint64) {
 		s.mu.Unlock()
 		return
 	}
-	s.recs = append(s.recs[:0], auditchain.CheckpointRecord(now))
-	if s.write(s.recs, false) != nil {
+	if s.write(nil, []auditchain.Record{auditchain.CheckpointRecord(now)}, false) != nil {
 		// Tried again a second later: the records stay uncovered meanwhile.
 		s.mu.Lock()
 		if !s.closed {

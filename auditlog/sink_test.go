@@ -255,3 +255,41 @@ func waitDelivered(t *testing.T, eng *middleware.Engine, n uint64) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestABatchCutShortIsNotWrittenTwice: a batch's write stops after its
+// first line; the engine sends the batch again; the first record is not
+// written twice, and the chain has no gap.
+func TestABatchCutShortIsNotWrittenTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trail.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := &flakyWriter{w: f, fail: -1}
+	sink, err := auditlog.New(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	batch := []middleware.Event{event(1), event(2), event(3)}
+	batch[0].Type, batch[1].Type, batch[2].Type = middleware.EventCompleted, middleware.EventRetried, middleware.EventCompleted
+	var one bytes.Buffer
+	probe, _ := auditlog.New(&one)
+	probe.Record(ctx, batch[0])
+	w.fail = one.Len() + 10 // the first line, and part of the second
+	if err := sink.RecordBatch(ctx, batch); err == nil {
+		t.Fatal("a batch cut short reported no failure")
+	}
+	w.fail = -1
+	if err := sink.RecordBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep := verify(t, path, nil, nil)
+	if rep.Tampered() || len(rep.Chains) != 1 || rep.Chains[0].Records != 4 || len(rep.Unreadable) != 1 {
+		t.Fatalf("report %+v, chain %+v: want 3 records and a checkpoint, one torn line", rep, rep.Chains[0])
+	}
+}
