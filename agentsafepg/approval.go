@@ -108,8 +108,8 @@ func (s *ApprovalStore) Get(ctx context.Context, id string) (store.ApprovalRecor
 // applies the approver rule and policy in Go (application code, which may
 // be slow; the requester and approval type never change); then one call of
 // agentsafe.approval_vote checks, under the record's row lock, that it is
-// pending, unexpired and of the decision's audience and that the voter is
-// distinct from every earlier one, and records the vote.
+// pending, unexpired and of the decision's audience and that the voter
+// shares no principal with any earlier one, and records the vote.
 func (s *ApprovalStore) Decide(ctx context.Context, id string, d store.Decision) (store.ApprovalRecord, bool, error) {
 	rec, err := s.Get(ctx, id)
 	if err != nil {

@@ -41,6 +41,19 @@
 // the stored result. A claim of a new key deletes a few records that are
 // gone, so the table does not grow without bound.
 //
+// Each record belongs to an owner (the audience and whole actor the engine
+// derived its key for) and a claim of a new key counts the owner's live
+// records and stored bytes against the claim's quota
+// (middleware.WithResultQuota) in the same call, under a per-owner
+// advisory lock held to the end of that statement's transaction: claims
+// racing for one owner never pass its quota. Migration 0004 adds the
+// owner; results stored before it have none, and are not replayed after it.
+//
+// Under a quorum (middleware.Approval.Quorum), a vote counts only when the
+// voter's principals (id and OnBehalfOf chain) are disjoint from every
+// earlier voter's, checked under the record's row lock (migration 0005):
+// two assistants acting for one person are that person once.
+//
 // # Failover
 //
 // Under failover, single use and run-once hold as far as the replication

@@ -1,17 +1,20 @@
 package agentsafepg_test
 
 import (
+	"fmt"
 	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsafe/agentsafe/agentsafepg"
 	"github.com/agentsafe/agentsafe/internal/pgtest"
+	"github.com/agentsafe/agentsafe/middleware/store"
 )
 
 // TestMigrateIsIdempotentAndSerialized: instances that start together
@@ -91,5 +94,44 @@ func TestMigrationsApplyWithoutMigrate(t *testing.T) {
 	}
 	if _, err := agentsafepg.NewAuditSink(pool); err != nil {
 		t.Errorf("an audit sink on the migrated database: %v", err)
+	}
+}
+
+// TestMigrateAddsTheResultQuotaToAVersion3Database: a database with
+// results stored under migration 0003 (no owner) migrates to the quota's
+// schema: its rows are kept (without an owner, so no claim finds them
+// again), and the store claims and counts under the new one.
+func TestMigrateAddsTheResultQuotaToAVersion3Database(t *testing.T) {
+	ctx := t.Context()
+	pool := newPool(t, pgtest.Database(t))
+	for _, name := range []string{"0001_approvals.sql", "0002_audit.sql", "0003_results.sql"} {
+		sql, err := fs.ReadFile(agentsafepg.Migrations(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, string(sql)); return err }); err != nil {
+			t.Fatalf("apply %s: %v", name, err)
+		}
+	}
+	const old = "idk_00000000000000000000000000000001"
+	if _, err := pool.Exec(ctx, "SELECT * FROM agentsafe.result_claim($1, 'sha256:00', 'exe_old', '1 minute', true, '1 hour', false, '0')", old); err != nil {
+		t.Fatal(err)
+	}
+	if err := agentsafepg.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var owner string
+	if err := pool.QueryRow(ctx, "SELECT owner FROM agentsafe.results WHERE key = $1", old).Scan(&owner); err != nil || owner != "" {
+		t.Errorf("the row stored under 0003 is kept without an owner: %q, %v", owner, err)
+	}
+	s := openResults(t, pool)
+	k := store.ResultKey{Owner: "own_00000000000000000000000000000001"}
+	for i, want := range []store.ClaimStatus{store.ClaimAcquired, store.ClaimQuotaExceeded} {
+		k.Key = fmt.Sprintf("idk_%032x", i+1)
+		got, err := s.Claim(ctx, store.ClaimRequest{ResultKey: k, Digest: "sha256:00", ExecutionID: "exe_new", Lease: time.Minute,
+			WriteLike: true, Retention: time.Hour, Quota: store.ResultQuota{Records: 1}})
+		if err != nil || got.Status != want {
+			t.Errorf("claim %d after the migration: %s, %v; want %s", i+1, got.Status, err, want)
+		}
 	}
 }

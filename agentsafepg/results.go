@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -18,10 +19,14 @@ import (
 // server instance that shares the database. It implements
 // [store.ResultStore].
 //
-// A key's record is one row of agentsafe.results. Claim, Complete and
-// MarkInDoubt are each one call of a SQL function that locks the key's row
-// and checks everything before it writes; Release is one conditional
-// DELETE; each is one round trip, and safe to repeat after a lost reply.
+// A key's record is one row of agentsafe.results, named by its owner and
+// key. Claim, Complete and MarkInDoubt are each one call of a SQL function
+// that locks the key's row and checks everything before it writes; Release
+// is one conditional DELETE; each is one round trip, and safe to repeat
+// after a lost reply. A claim of a new key counts its owner's live records
+// and stored bytes against the claim's quota in the same call, under a
+// transaction-scoped advisory lock per owner, so that racing claims of one
+// owner never pass its quota (migration 0004).
 // Leases and retention are decided with the database's clock
 // (clock_timestamp()), never an instance's. Records that are gone are
 // overwritten by the next claim of their key, and a claim of a new key
@@ -60,14 +65,15 @@ func (s *ResultStore) clockSkew() time.Duration {
 var claimStatuses = map[string]store.ClaimStatus{
 	"acquired": store.ClaimAcquired, "reconcile": store.ClaimReconcile, "in_flight": store.ClaimInFlight,
 	"key_reused": store.ClaimKeyReused, "done": store.ClaimDone, "in_doubt": store.ClaimInDoubt,
+	"quota_exceeded": store.ClaimQuotaExceeded,
 }
 
 // Claim implements [store.ResultStore]: one call of agentsafe.result_claim,
 // which holds the key's row lock while it decides and writes (a new key:
 // an INSERT that one of racing claims wins, the others then lock its row).
 func (s *ResultStore) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
-	if !store.ValidResultKey(req.Key) {
-		return store.Claim{}, fmt.Errorf("agentsafepg: %q is not a result key", req.Key)
+	if !req.ResultKey.Valid() {
+		return store.Claim{}, fmt.Errorf("agentsafepg: %q of owner %q is not a result key", req.Key, req.Owner)
 	}
 	var (
 		status, execution    string
@@ -75,8 +81,9 @@ func (s *ResultStore) Claim(ctx context.Context, req store.ClaimRequest) (store.
 		envelope, sealed     []byte
 		late                 *bool
 	)
-	err := s.pool.QueryRow(ctx, "SELECT * FROM agentsafe.result_claim($1, $2, $3, $4, $5, $6, $7, $8)",
-		req.Key, req.Digest, req.ExecutionID, req.Lease, req.WriteLike, req.Retention, req.Reconcile, s.clockSkew()).
+	err := s.pool.QueryRow(ctx, "SELECT * FROM agentsafe.result_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		req.Owner, req.Key, req.Digest, req.ExecutionID, req.Lease, req.WriteLike, req.Retention, req.Reconcile,
+		min(req.Quota.Records, math.MaxInt32), req.Quota.Bytes, s.clockSkew()).
 		Scan(&status, &execution, &resExec, &code, &envelope, &sealed, &keyID, &late)
 	if err != nil {
 		return store.Claim{}, err
@@ -94,13 +101,13 @@ func (s *ResultStore) Claim(ctx context.Context, req store.ClaimRequest) (store.
 }
 
 // settle runs agentsafe.result_settle.
-func (s *ResultStore) settle(ctx context.Context, key, executionID string, done bool, r store.Result) error {
-	if !store.ValidResultKey(key) {
+func (s *ResultStore) settle(ctx context.Context, key store.ResultKey, executionID string, done bool, r store.Result) error {
+	if !key.Valid() {
 		return store.ErrNotHeld
 	}
 	var answer string
-	err := s.pool.QueryRow(ctx, "SELECT agentsafe.result_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-		key, executionID, done, r.ExecutionID, r.Code, r.Envelope, r.Sealed, r.KeyID, r.Late, s.clockSkew()).Scan(&answer)
+	err := s.pool.QueryRow(ctx, "SELECT agentsafe.result_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+		key.Owner, key.Key, executionID, done, r.ExecutionID, r.Code, r.Envelope, r.Sealed, r.KeyID, r.Late, r.Size(), s.clockSkew()).Scan(&answer)
 	switch {
 	case err != nil:
 		return err
@@ -112,32 +119,32 @@ func (s *ResultStore) settle(ctx context.Context, key, executionID string, done 
 
 // Complete implements [store.ResultStore]: one call of
 // agentsafe.result_settle, under the key's row lock.
-func (s *ResultStore) Complete(ctx context.Context, key, executionID string, r store.Result) error {
+func (s *ResultStore) Complete(ctx context.Context, key store.ResultKey, executionID string, r store.Result) error {
 	return s.settle(ctx, key, executionID, true, r)
 }
 
 // MarkInDoubt implements [store.ResultStore]: one call of
 // agentsafe.result_settle, under the key's row lock.
-func (s *ResultStore) MarkInDoubt(ctx context.Context, key, executionID string) error {
+func (s *ResultStore) MarkInDoubt(ctx context.Context, key store.ResultKey, executionID string) error {
 	return s.settle(ctx, key, executionID, false, store.Result{})
 }
 
 // Release implements [store.ResultStore]: one conditional DELETE of the
 // holder's record that is not done.
-func (s *ResultStore) Release(ctx context.Context, key, executionID string) error {
-	if !store.ValidResultKey(key) {
+func (s *ResultStore) Release(ctx context.Context, key store.ResultKey, executionID string) error {
+	if !key.Valid() {
 		return nil
 	}
 	_, err := s.pool.Exec(ctx, `DELETE FROM agentsafe.results r
-		WHERE r.key = $2 AND r.execution_id = $3
+		WHERE r.owner = $2 AND r.key = $3 AND r.execution_id = $4
 			AND agentsafe.result_state(r.state, r.write_like, r.lease_until, r.expires_at, clock_timestamp() + $1::interval) IN ('in_flight', 'in_doubt')`,
-		s.clockSkew(), key, executionID)
+		s.clockSkew(), key.Owner, key.Key, executionID)
 	return err
 }
 
 // Get implements [store.ResultStore]: the record as of the database clock.
-func (s *ResultStore) Get(ctx context.Context, key string) (store.ResultRecord, error) {
-	if !store.ValidResultKey(key) {
+func (s *ResultStore) Get(ctx context.Context, key store.ResultKey) (store.ResultRecord, error) {
+	if !key.Valid() {
 		return store.ResultRecord{}, store.ErrResultNotFound
 	}
 	var (
@@ -147,13 +154,13 @@ func (s *ResultStore) Get(ctx context.Context, key string) (store.ResultRecord, 
 		lapsed bool
 		sealed []byte
 	)
-	err := s.pool.QueryRow(ctx, `SELECT r.key, r.digest, v.state, r.execution_id, r.reconcile_of, r.write_like,
+	err := s.pool.QueryRow(ctx, `SELECT r.owner, r.key, r.digest, v.state, r.execution_id, r.reconcile_of, r.write_like,
 			r.claimed_at, r.lease_until, r.retention, r.done_at, r.expires_at, r.state = 'in_flight' AND v.state = 'in_doubt',
 			r.result_execution_id, r.result_code, r.envelope, r.sealed, r.key_id, r.late
 		FROM agentsafe.results r,
 			LATERAL (SELECT agentsafe.result_state(r.state, r.write_like, r.lease_until, r.expires_at, clock_timestamp() + $1::interval) AS state) v
-		WHERE r.key = $2 AND v.state <> 'gone'`, s.clockSkew(), key).
-		Scan(&rec.Key, &rec.Digest, &state, &rec.ExecutionID, &rec.ReconcileOf, &rec.WriteLike,
+		WHERE r.owner = $2 AND r.key = $3 AND v.state <> 'gone'`, s.clockSkew(), key.Owner, key.Key).
+		Scan(&rec.Owner, &rec.Key, &rec.Digest, &state, &rec.ExecutionID, &rec.ReconcileOf, &rec.WriteLike,
 			&rec.ClaimedAt, &rec.LeaseUntil, &rec.Retention, &doneAt, &rec.ExpiresAt, &lapsed,
 			&rec.Result.ExecutionID, &rec.Result.Code, &rec.Result.Envelope, &sealed, &rec.Result.KeyID, &rec.Result.Late)
 	if errors.Is(err, pgx.ErrNoRows) {

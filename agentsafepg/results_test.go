@@ -47,7 +47,8 @@ func TestResultStoreDeletesGoneRecords(t *testing.T) {
 	s := agentsafepg.WithResultClockSkew(openResults(t, pool), c.Skew)
 	claim := func(n int, writeLike bool, retention time.Duration) {
 		t.Helper()
-		got, err := s.Claim(ctx, store.ClaimRequest{Key: fmt.Sprintf("idk_%032x", n), Digest: "sha256:00", ExecutionID: fmt.Sprintf("exe_%d", n),
+		key := store.ResultKey{Owner: fmt.Sprintf("own_%032x", n%2), Key: fmt.Sprintf("idk_%032x", n)}
+		got, err := s.Claim(ctx, store.ClaimRequest{ResultKey: key, Digest: "sha256:00", ExecutionID: fmt.Sprintf("exe_%d", n),
 			Lease: time.Minute, WriteLike: writeLike, Retention: retention})
 		if err != nil || got.Status != store.ClaimAcquired {
 			t.Fatalf("Claim %d: %v, %v", n, got.Status, err)

@@ -297,6 +297,8 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 // the store checks before it writes, in one step.
 func decisionError(w http.ResponseWriter, err error) {
 	switch {
+	case errors.Is(err, store.ErrAlreadyVoted): // before ErrSelfApproval, which it is too
+		fail(w, http.StatusConflict, "already_voted", "you, or someone you act for or who acts for you, has voted on this approval already: a person's vote counts once")
 	case errors.Is(err, store.ErrSelfApproval):
 		fail(w, http.StatusForbidden, "self_approval", "you may not decide a request you made or that was made on your behalf (self-approval is refused)")
 	case errors.Is(err, store.ErrApproverNotAllowed):

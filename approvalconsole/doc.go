@@ -26,7 +26,7 @@
 //
 // Refusals are JSON ([ErrorBody]) with a code: 401 unauthorized; 403
 // cross_origin, csrf_token, self_approval, approver_not_allowed; 404
-// not_found; 409 not_pending, expired; 400 bad_request; 415
+// not_found; 409 not_pending, expired, already_voted; 400 bad_request; 415
 // unsupported_media_type; 503 unavailable. A refusal changes nothing.
 //
 // # Headers
@@ -91,8 +91,10 @@
 // serves the request (memory for one process, Redis for many): the
 // requester and anyone in its OnBehalfOf chain may not decide it
 // (self_approval, unless the store allows self-approval), the store's
-// approver policy may refuse (approver_not_allowed), and only a pending,
-// unexpired record can be decided. [middleware.Engine.Decide] emits
+// approver policy may refuse (approver_not_allowed), under a quorum a
+// person votes once — a voter who is, acts for, or is acted for by an
+// earlier voter is told so (already_voted) and not counted — and only a
+// pending, unexpired record can be decided. [middleware.Engine.Decide] emits
 // capability.approved or capability.rejected.
 //
 // # What the page shows

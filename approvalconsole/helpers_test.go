@@ -42,7 +42,11 @@ var (
 
 // sessions maps a session cookie to its approver, the way an application's
 // own login would.
-var sessions = map[string]middleware.Actor{"s-alice": alice, "s-bob": bob, "s-carol": carol, "s-dave": dave, "s-agent": agent}
+var sessions = map[string]middleware.Actor{"s-alice": alice, "s-bob": bob, "s-carol": carol, "s-dave": dave, "s-agent": agent,
+	"s-carols-assistant": carolsAssistant}
+
+// carolsAssistant approves on carol's behalf.
+var carolsAssistant = middleware.Actor{ID: "assistant-3", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"carol"}}
 
 func authorize(r *http.Request) (middleware.Actor, error) {
 	c, err := r.Cookie("session")

@@ -72,6 +72,13 @@ func TestApprovalShowsVotesSoFar(t *testing.T) {
 	if a.Status != "pending" || a.Quorum != 2 || len(a.Votes) != 1 || a.Votes[0].Approver.ID != carol.ID || !a.Votes[0].Approve || a.Votes[0].Comment != "looks right" {
 		t.Fatalf("after one of two votes: status %s, quorum %d, votes %+v", a.Status, a.Quorum, a.Votes)
 	}
+	// carol's assistant is carol again: told so, and not counted.
+	if r := e.decide("s-carols-assistant", id, true, ""); r.status != http.StatusConflict || r.errorCode() != "already_voted" || !strings.Contains(string(r.body), "counts once") {
+		t.Fatalf("carol's assistant after carol: %d %s, want 409 already_voted", r.status, r.body)
+	}
+	if rec := e.record(id); rec.Status != store.ApprovalPending || len(rec.Votes) != 1 {
+		t.Fatalf("a second vote of carol's counted: %s, %d votes", rec.Status, len(rec.Votes))
+	}
 	if r := e.decide("s-bob", id, true, ""); r.status != http.StatusOK {
 		t.Fatalf("bob's vote: %d %s", r.status, r.body)
 	}

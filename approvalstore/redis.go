@@ -208,11 +208,16 @@ func (s *Redis) Decide(ctx context.Context, id string, d store.Decision) (store.
 		}
 		return store.ApprovalRecord{}, false, fmt.Errorf("%w: it is %s", store.ErrNotPending, rec.Status)
 	case "voted":
-		voter, err := r.str(1)
+		// The script applied store.CheckVoter's rule; the record it read
+		// lets the store SPI name the earlier voter, in its own words.
+		rec, err := recordAt(r, 1)
 		if err != nil {
 			return store.ApprovalRecord{}, false, err
 		}
-		return store.ApprovalRecord{}, false, fmt.Errorf("%w: %s already voted, directly or through delegation", store.ErrSelfApproval, voter)
+		if err := store.CheckVoter(rec, d.Approver, s.cfg.allowSelf); err != nil {
+			return store.ApprovalRecord{}, false, err
+		}
+		return store.ApprovalRecord{}, false, fmt.Errorf("%w: an earlier voter shares a principal with %s", store.ErrAlreadyVoted, d.Approver.ID)
 	}
 	return store.ApprovalRecord{}, false, scriptError(r)
 }

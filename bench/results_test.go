@@ -171,8 +171,11 @@ var claimRound atomic.Int64
 func claimOp(ctx context.Context, s *resultstore.Redis) func(i int) error {
 	r := claimRound.Add(1)
 	return func(i int) error {
-		_, err := s.Claim(ctx, store.ClaimRequest{Key: fmt.Sprintf("idk_%016x%016x", r, i), Digest: "sha256:bench", ExecutionID: fmt.Sprintf("exe_%d", i),
-			Lease: time.Minute, WriteLike: true, Retention: time.Hour})
+		// 100 callers, with a quota their claims count against but never
+		// reach: every claim takes the acquiring path, counting included.
+		key := store.ResultKey{Owner: fmt.Sprintf("own_%016x%016x", r, i%100), Key: fmt.Sprintf("idk_%016x%016x", r, i)}
+		_, err := s.Claim(ctx, store.ClaimRequest{ResultKey: key, Digest: "sha256:bench", ExecutionID: fmt.Sprintf("exe_%d", i),
+			Lease: time.Minute, WriteLike: true, Retention: time.Hour, Quota: store.ResultQuota{Records: 1 << 30, Bytes: 64 << 20}})
 		return err
 	}
 }

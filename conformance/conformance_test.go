@@ -249,6 +249,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Wire/an_engine's_failure_carries_Agentsafe-Code,_Agentsafe-Retryable_and_its_status",
 			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
 			"Keys/a_handler's_framework_error_is_replayed_unchanged",
+			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 		},
 		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
 		"drops-envelope": {
@@ -272,6 +273,8 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
 			"Keys/a_dedup_window_replays_a_repeat_without_a_key",
+			"Keys/a_key_on_a_read_has_no_effect",
+			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 			"Concurrency/concurrent_calls_each_get_their_own_execution's_envelope,_headers_and_response",
 		},
 		"drops-key": {
@@ -285,6 +288,8 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/a_gated_call_runs_once,_and_a_repeat_never_consumes_again",
 			"Keys/Reconcile:_a_done_execution_in_doubt_replays_its_envelope_without_a_body",
 			"Keys/Reconcile:_not_found_runs_again_under_the_same_key",
+			"Keys/a_key_on_a_read_has_no_effect",
+			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 		},
 	} {
 		t.Run(bug, func(t *testing.T) {

@@ -91,11 +91,12 @@ const (
 // The canonical codes (the numbering gRPC and Connect share) of the
 // statuses the suite's handler returns.
 const (
-	StatusCanceled         uint32 = 1
-	StatusDeadlineExceeded uint32 = 4
-	StatusUnimplemented    uint32 = 12
-	StatusInternal         uint32 = 13
-	StatusUnavailable      uint32 = 14
+	StatusCanceled          uint32 = 1
+	StatusDeadlineExceeded  uint32 = 4
+	StatusResourceExhausted uint32 = 8
+	StatusUnimplemented     uint32 = 12
+	StatusInternal          uint32 = 13
+	StatusUnavailable       uint32 = 14
 )
 
 // Status is an error in the terms RPC frameworks share: a canonical code,
@@ -117,11 +118,14 @@ type Status struct {
 func (s *Status) Error() string { return fmt.Sprintf("status %d: %s", s.Code, s.Message) }
 
 // HTTPStatus is how a net/http handler answers with s: 499 Canceled, 504
-// DeadlineExceeded, 501 Unimplemented, 503 Unavailable, 500 otherwise.
+// DeadlineExceeded, 429 ResourceExhausted, 501 Unimplemented, 503
+// Unavailable, 500 otherwise.
 func (s *Status) HTTPStatus() int {
 	switch s.Code {
 	case StatusCanceled:
 		return 499
+	case StatusResourceExhausted:
+		return http.StatusTooManyRequests
 	case StatusDeadlineExceeded:
 		return http.StatusGatewayTimeout
 	case StatusUnimplemented:
@@ -140,6 +144,8 @@ func StatusFromHTTP(status int) uint32 {
 		return StatusCanceled
 	case http.StatusGatewayTimeout:
 		return StatusDeadlineExceeded
+	case http.StatusTooManyRequests:
+		return StatusResourceExhausted
 	case http.StatusNotImplemented:
 		return StatusUnimplemented
 	case http.StatusServiceUnavailable:

@@ -233,6 +233,44 @@ var keyRules = []adapterRule{
 			s.Errorf("%s: another caller key must give the handler another key", rule)
 		}
 	}},
+	{name: "Keys/a caller at its result quota is IDEMPOTENCY_QUOTA_EXCEEDED", results: true, engine: []middleware.Option{middleware.WithResultQuota(1, 1<<20)}, check: func(s *suite) {
+		const rule = "a key that would make a new result for a caller at its quota is refused IDEMPOTENCY_QUOTA_EXCEEDED (ResourceExhausted, HTTP 429), not safe to re-invoke, and nothing runs"
+		first := s.request(ModeOK)
+		stored := s.callKeyed(FixtureWrite, first, "", "quota-1")
+		s.expect(rule, stored, middleware.CodeOK)
+		req := s.request(ModeOK)
+		r := s.callKeyed(FixtureWrite, req, "", "quota-2")
+		s.expect(rule, r, middleware.CodeIdempotencyQuotaExceeded)
+		s.wantRuns(rule, req.ID, 0)
+		if r.Envelope.Error.Retryable || r.Header.Get(adapter.HeaderCode) != middleware.CodeIdempotencyQuotaExceeded.String() || r.Header.Get(adapter.HeaderRetryable) != "false" {
+			s.Errorf("%s: envelope %+v, headers %s %q and %s %q", rule, r.Envelope.Error,
+				adapter.HeaderCode, r.Header.Get(adapter.HeaderCode), adapter.HeaderRetryable, r.Header.Get(adapter.HeaderRetryable))
+		}
+		if r.Status != nil && r.Status.Code != StatusResourceExhausted {
+			s.Errorf("%s: the client decoded status %+v, want code %d", rule, r.Status, StatusResourceExhausted)
+		}
+		s.replayOf(rule+": the stored key still replays", s.callKeyed(FixtureWrite, first, "", "quota-1"), stored)
+	}},
+	{name: "Keys/a key on a read has no effect", results: true, check: func(s *suite) {
+		const rule = "a caller's key on a read is checked and then ignored: nothing is stored, every call runs under its own key"
+		req := s.request(ModeOK)
+		first := s.callKeyed(FixtureRead, req, "", "read-42")
+		s.expect(rule, first, middleware.CodeOK)
+		r := s.callKeyed(FixtureRead, req, "", "read-42")
+		s.expect(rule, r, middleware.CodeOK)
+		runs := s.wantRuns(rule, req.ID, 2)
+		if r.Envelope.Replayed || r.Header.Get(adapter.HeaderReplayed) != "" || r.Envelope.ExecutionID == first.Envelope.ExecutionID {
+			s.Errorf("%s: the repeat ran as a call of its own, not a replay: %+v", rule, r.Envelope)
+		}
+		if runs[0].IdempotencyKey == runs[1].IdempotencyKey {
+			s.Errorf("%s: each run has its own idempotency key, not one derived from the caller's: %s", rule, runs[0].IdempotencyKey)
+		}
+		if !keyArgument(s.client) {
+			bad := s.request(ModeOK)
+			s.expect(rule+": a malformed key is still refused", s.callKeyed(FixtureRead, bad, "", `"unterminated`), middleware.CodeInvalidArgument)
+			s.wantRuns(rule, bad.ID, 0)
+		}
+	}},
 	{name: "Keys/a dedup window replays a repeat without a key", results: true, capabilities: func(_ *suite, caps map[Fixture]middleware.Capability) {
 		c := caps[FixtureWrite]
 		c.Dedup = time.Minute

@@ -64,15 +64,22 @@ const (
 	resultRetention = time.Hour
 )
 
-// key returns a fresh key of the check.
-func (c *resultCheck) key() string {
+// resultOwner is the owner of the check's keys; ownerN the n-th of a
+// series of others.
+var resultOwner = ownerN(0)
+
+func ownerN(n int) string { return fmt.Sprintf("own_%032x", n) }
+
+// key returns a fresh key of the check, of resultOwner.
+func (c *resultCheck) key() store.ResultKey {
 	c.n++
-	return fmt.Sprintf("idk_%032x", c.n)
+	return store.ResultKey{Owner: resultOwner, Key: fmt.Sprintf("idk_%032x", c.n)}
 }
 
-// req is a write-like claim of key by execution, of storeDigest.
-func (c *resultCheck) req(key, execution string) store.ClaimRequest {
-	return store.ClaimRequest{Key: key, Digest: storeDigest, ExecutionID: execution, Lease: resultLease, WriteLike: true, Retention: resultRetention}
+// req is a write-like claim of key by execution, of storeDigest, without
+// a quota.
+func (c *resultCheck) req(key store.ResultKey, execution string) store.ClaimRequest {
+	return store.ClaimRequest{ResultKey: key, Digest: storeDigest, ExecutionID: execution, Lease: resultLease, WriteLike: true, Retention: resultRetention}
 }
 
 func (c *resultCheck) claim(req store.ClaimRequest) store.Claim {
@@ -93,7 +100,7 @@ func (c *resultCheck) want(rule string, got store.Claim, status store.ClaimStatu
 }
 
 // acquired claims a fresh write-like key for execution.
-func (c *resultCheck) acquired(execution string) string {
+func (c *resultCheck) acquired(execution string) store.ResultKey {
 	c.Helper()
 	key := c.key()
 	if got := c.claim(c.req(key, execution)); got.Status != store.ClaimAcquired {
@@ -108,14 +115,14 @@ func sample(execution string) store.Result {
 		Sealed: []byte("\x00sealed\xff response\n"), KeyID: "k1"}
 }
 
-func (c *resultCheck) complete(key, execution string, r store.Result) {
+func (c *resultCheck) complete(key store.ResultKey, execution string, r store.Result) {
 	c.Helper()
 	if err := c.s.Store.Complete(c.ctx, key, execution, r); err != nil {
 		c.Fatalf("Complete: %v", err)
 	}
 }
 
-func (c *resultCheck) get(key string) store.ResultRecord {
+func (c *resultCheck) get(key store.ResultKey) store.ResultRecord {
 	c.Helper()
 	rec, err := c.s.Store.Get(c.ctx, key)
 	if err != nil {
@@ -131,7 +138,7 @@ func (c *resultCheck) wantErr(rule string, err, want error) {
 	}
 }
 
-func (c *resultCheck) wantGone(rule, key string) {
+func (c *resultCheck) wantGone(rule string, key store.ResultKey) {
 	c.Helper()
 	_, err := c.s.Store.Get(c.ctx, key)
 	c.wantErr(rule+": Get", err, store.ErrResultNotFound)
@@ -151,7 +158,7 @@ var resultRules = []struct {
 		key := c.key()
 		c.want(rule, c.claim(c.req(key, "exe_a")), store.ClaimAcquired, "")
 		rec := c.get(key)
-		if rec.Key != key || rec.Digest != storeDigest || rec.State != store.ResultInFlight || rec.ExecutionID != "exe_a" || !rec.WriteLike ||
+		if rec.ResultKey != key || rec.Digest != storeDigest || rec.State != store.ResultInFlight || rec.ExecutionID != "exe_a" || !rec.WriteLike ||
 			rec.ClaimedAt.IsZero() || !rec.LeaseUntil.Equal(rec.ClaimedAt.Add(resultLease)) || rec.Retention != resultRetention || !rec.DoneAt.IsZero() {
 			c.Errorf("%s: %+v", rule, rec)
 		}
@@ -174,7 +181,7 @@ var resultRules = []struct {
 	}},
 	{"Claim/another digest is key reused in every state", func(c *resultCheck) {
 		const rule = "a key that comes back with another input is KEY_REUSED, whatever its state, and nothing changes"
-		other := func(key string) store.ClaimRequest {
+		other := func(key store.ResultKey) store.ClaimRequest {
 			r := c.req(key, "exe_z")
 			r.Digest = otherDigest
 			r.Reconcile = true
@@ -187,7 +194,7 @@ var resultRules = []struct {
 		if err := c.s.Store.MarkInDoubt(c.ctx, doubt, "exe_c"); err != nil {
 			c.Fatal(err)
 		}
-		for state, key := range map[string]string{"in flight": inFlight, "done": done, "in doubt": doubt} {
+		for state, key := range map[string]store.ResultKey{"in flight": inFlight, "done": done, "in doubt": doubt} {
 			if got := c.claim(other(key)); got.Status != store.ClaimKeyReused {
 				c.Errorf("%s: %s key claimed with another digest: %s", rule, state, got.Status)
 			}
@@ -324,7 +331,7 @@ var resultRules = []struct {
 		held := c.acquired("exe_a")
 		done := c.acquired("exe_b")
 		c.complete(done, "exe_b", sample("exe_b"))
-		for key, ex := range map[string]string{held: "exe_z", done: "exe_b", c.key(): "exe_a"} {
+		for key, ex := range map[store.ResultKey]string{held: "exe_z", done: "exe_b", c.key(): "exe_a"} {
 			if err := c.s.Store.Release(c.ctx, key, ex); err != nil {
 				c.Errorf("%s: Release must answer nil: %v", rule, err)
 			}
@@ -361,7 +368,7 @@ var resultRules = []struct {
 		}
 		lapsed := c.acquired("exe_b")
 		c.s.Advance(resultLease)
-		for key, ex := range map[string]string{marked: "exe_a", lapsed: "exe_b"} {
+		for key, ex := range map[store.ResultKey]string{marked: "exe_a", lapsed: "exe_b"} {
 			late := sample(ex)
 			late.Late = true
 			c.wantErr(rule+": by another execution", c.s.Store.Complete(c.ctx, key, "exe_z", late), store.ErrNotHeld)
@@ -486,9 +493,114 @@ var resultRules = []struct {
 		c.s.Advance(resultLease + resultRetention - time.Second)
 		c.want(rule, c.claim(c.req(lapsed, "exe_z")), store.ClaimInDoubt, "exe_b")
 		c.s.Advance(time.Second)
-		for _, key := range []string{marked, lapsed} {
+		for _, key := range []store.ResultKey{marked, lapsed} {
 			c.wantGone(rule, key)
 			c.want(rule, c.claim(c.req(key, "exe_z")), store.ClaimAcquired, "")
+		}
+	}},
+	{"Quota/a new key of an owner at its record quota is refused, and nothing changes", func(c *resultCheck) {
+		const rule = "a claim that would make a new record for an owner at its record quota is QUOTA_EXCEEDED, and records nothing"
+		quota := func(r store.ClaimRequest) store.ClaimRequest { r.Quota = store.ResultQuota{Records: 2}; return r }
+		a, b, over := c.key(), c.key(), c.key()
+		c.want(rule, c.claim(quota(c.req(a, "exe_a"))), store.ClaimAcquired, "")
+		c.want(rule, c.claim(quota(c.req(b, "exe_b"))), store.ClaimAcquired, "") // in flight counts
+		for range 2 {
+			c.want(rule, c.claim(quota(c.req(over, "exe_c"))), store.ClaimQuotaExceeded, "")
+		}
+		c.wantGone(rule+": the refused key", over)
+		c.want(rule+": a repeat by the holder", c.claim(quota(c.req(a, "exe_a"))), store.ClaimAcquired, "")
+		c.want(rule+": another execution", c.claim(quota(c.req(a, "exe_z"))), store.ClaimInFlight, "exe_a")
+		c.complete(a, "exe_a", sample("exe_a"))
+		if got := c.claim(quota(c.req(a, "exe_z"))); got.Status != store.ClaimDone {
+			c.Errorf("%s: a stored result is answered at the quota: %s", rule, got.Status)
+		}
+		elsewhere := store.ResultKey{Owner: ownerN(1), Key: over.Key}
+		c.want(rule+": another owner", c.claim(quota(c.req(elsewhere, "exe_d"))), store.ClaimAcquired, "")
+		if err := c.s.Store.Release(c.ctx, b, "exe_b"); err != nil {
+			c.Fatal(err)
+		}
+		c.want(rule+": a released claim stops counting", c.claim(quota(c.req(over, "exe_c"))), store.ClaimAcquired, "")
+		c.want(rule, c.claim(quota(c.req(c.key(), "exe_e"))), store.ClaimQuotaExceeded, "")
+	}},
+	{"Quota/stored bytes count once stored, and one result may overshoot", func(c *resultCheck) {
+		const rule = "the sizes of an owner's stored results count against its byte quota from when each is stored"
+		res := sample("exe_a")
+		quota := func(r store.ClaimRequest) store.ClaimRequest {
+			r.Quota = store.ResultQuota{Bytes: res.Size() + 1}
+			return r
+		}
+		a, b := c.key(), c.key()
+		c.want(rule, c.claim(quota(c.req(a, "exe_a"))), store.ClaimAcquired, "")
+		c.want(rule+": a claim has no bytes yet", c.claim(quota(c.req(b, "exe_b"))), store.ClaimAcquired, "")
+		c.complete(a, "exe_a", res)
+		c.want(rule+": under the quota", c.claim(quota(c.req(c.key(), "exe_c"))), store.ClaimAcquired, "")
+		c.complete(b, "exe_b", sample("exe_b")) // storing is never refused: it overshoots
+		if got := c.claim(quota(c.req(b, "exe_z"))); got.Status != store.ClaimDone {
+			c.Errorf("%s: the result that overshot the quota is stored: %s", rule, got.Status)
+		}
+		c.want(rule+": over the quota", c.claim(quota(c.req(c.key(), "exe_d"))), store.ClaimQuotaExceeded, "")
+	}},
+	{"Quota/what is gone stops counting", func(c *resultCheck) {
+		const rule = "records stop counting against the quota once gone: a read's claim past its lease, a done or in-doubt record past its retention"
+		quota := func(r store.ClaimRequest) store.ClaimRequest {
+			r.Quota = store.ResultQuota{Records: 1, Bytes: 1}
+			return r
+		}
+		read := quota(c.req(c.key(), "exe_a"))
+		read.WriteLike = false
+		c.want(rule, c.claim(read), store.ClaimAcquired, "")
+		c.want(rule, c.claim(quota(c.req(c.key(), "exe_z"))), store.ClaimQuotaExceeded, "")
+		c.s.Advance(resultLease)
+		done := c.key()
+		c.want(rule+": a read's lapsed claim", c.claim(quota(c.req(done, "exe_b"))), store.ClaimAcquired, "")
+		c.complete(done, "exe_b", sample("exe_b"))
+		c.s.Advance(resultRetention - time.Second)
+		c.want(rule+": within the retention", c.claim(quota(c.req(c.key(), "exe_z"))), store.ClaimQuotaExceeded, "")
+		c.s.Advance(time.Second)
+		doubt := c.key()
+		c.want(rule+": a done record past its retention (records and bytes)", c.claim(quota(c.req(doubt, "exe_c"))), store.ClaimAcquired, "")
+		if err := c.s.Store.MarkInDoubt(c.ctx, doubt, "exe_c"); err != nil {
+			c.Fatal(err)
+		}
+		c.want(rule+": in doubt counts", c.claim(quota(c.req(c.key(), "exe_z"))), store.ClaimQuotaExceeded, "")
+		c.s.Advance(resultRetention)
+		c.want(rule+": an in-doubt record past its retention", c.claim(quota(c.req(c.key(), "exe_d"))), store.ClaimAcquired, "")
+	}},
+	{"Quota/a key in doubt is reconciled at the quota", func(c *resultCheck) {
+		const rule = "the quota holds new records only: an in-doubt key is taken over to reconcile it at the quota"
+		key := c.acquired("exe_a")
+		if err := c.s.Store.MarkInDoubt(c.ctx, key, "exe_a"); err != nil {
+			c.Fatal(err)
+		}
+		r := c.req(key, "exe_b")
+		r.Reconcile, r.Quota = true, store.ResultQuota{Records: 1}
+		c.want(rule, c.claim(r), store.ClaimReconcile, "exe_a")
+	}},
+	{"Quota/racing claims of one owner never pass its quota", func(c *resultCheck) {
+		const rule = "the quota is checked and counted in the claim's atomic step: racing claims of new keys of one owner acquire at most the quota"
+		const racers, quota = 24, 5
+		var wg sync.WaitGroup
+		got := make([]store.Claim, racers)
+		errs := make([]error, racers)
+		for i := range racers {
+			r := c.req(c.key(), fmt.Sprintf("exe_%02d", i))
+			r.Quota = store.ResultQuota{Records: quota}
+			wg.Go(func() { got[i], errs[i] = c.s.Store.Claim(c.ctx, r) })
+		}
+		wg.Wait()
+		acquired := 0
+		for i, g := range got {
+			switch {
+			case errs[i] != nil:
+				c.Fatalf("%s: Claim: %v", rule, errs[i])
+			case g.Status == store.ClaimAcquired:
+				acquired++
+			case g.Status != store.ClaimQuotaExceeded:
+				c.Errorf("%s: a claim of a new key answered %s", rule, g.Status)
+			}
+		}
+		if acquired != quota {
+			c.Errorf("%s: %d of %d claims acquired, want %d", rule, acquired, racers, quota)
 		}
 	}},
 	{"Get/an unknown key is not found", func(c *resultCheck) {

@@ -391,13 +391,50 @@ var storeRules = []struct {
 			"an earlier voter changing their mind": vote(false, manager, ""),
 		} {
 			_, _, err := c.decide(rec.ID, d)
-			c.wantErr("one party votes once under a quorum: "+name, err, store.ErrSelfApproval)
+			c.wantErr("one party votes once under a quorum: "+name, err, store.ErrAlreadyVoted)
 		}
 		if got := c.get(rec.ID); got.Status != store.ApprovalPending || len(got.Votes) != 2 {
 			c.Errorf("one party votes once under a quorum: refused votes must change nothing: %s with %d votes", got.Status, len(got.Votes))
 		}
 		if got, _, err := c.decide(rec.ID, vote(true, manager3, "")); err != nil || got.Status != store.ApprovalApproved {
 			c.Errorf("one party votes once under a quorum: a third distinct party approves: %+v, %v", got, err)
+		}
+	}},
+	{"Decide/two delegates of one person are one approver", func(c *storeCheck) {
+		// An actor's principals are its ID and every OnBehalfOf entry; two
+		// voters are distinct only when their principal sets are disjoint.
+		// A later voter who shares a principal with a counted one is that
+		// person voting again: refused, as a person voting twice is.
+		rec := c.quorum(storeDigest, 2)
+		first := store.Actor{ID: "assistant-1", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"manager-carol"}}
+		if _, changed, err := c.decide(rec.ID, vote(true, first, "for carol")); err != nil || !changed {
+			c.Fatalf("two delegates of one person are one approver: the first delegate's vote must count: changed=%v, %v", changed, err)
+		}
+		for _, tc := range []struct {
+			name    string
+			voter   store.Actor
+			approve bool
+		}{
+			{"another assistant acting for carol", store.Actor{ID: "assistant-2", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"manager-carol"}}, true},
+			{"carol further down another chain", store.Actor{ID: "assistant-3", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"team-lead", "manager-carol"}}, true},
+			{"another assistant rejecting for carol", store.Actor{ID: "assistant-4", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"manager-carol"}}, false},
+			{"carol's own session after her assistant", store.Actor{ID: "manager-carol", Tenant: "acme", Kind: "user"}, true},
+		} {
+			got, changed, err := c.decide(rec.ID, vote(tc.approve, tc.voter, "for carol again"))
+			c.wantErr("two delegates of one person are one approver: "+tc.name, err, store.ErrAlreadyVoted)
+			if changed || (err == nil && len(got.Votes) != 1) {
+				c.Errorf("two delegates of one person are one approver: %s counted: %s with %d votes, changed=%v", tc.name, got.Status, len(got.Votes), changed)
+			}
+		}
+		if got := c.get(rec.ID); got.Status != store.ApprovalPending || len(got.Votes) != 1 {
+			c.Errorf("two delegates of one person are one approver: carol alone must not reach a quorum of 2: %s with %d votes", got.Status, len(got.Votes))
+		}
+		if got, changed, err := c.decide(rec.ID, vote(true, first, "again")); err != nil || changed || len(got.Votes) != 1 {
+			c.Errorf("two delegates of one person are one approver: the counted delegate repeating its vote is a no-op: %+v, changed=%v, %v", got, changed, err)
+		}
+		other := store.Actor{ID: "assistant-5", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"manager-dave"}}
+		if got, changed, err := c.decide(rec.ID, vote(true, other, "for dave")); err != nil || !changed || got.Status != store.ApprovalApproved {
+			c.Errorf("two delegates of one person are one approver: a delegate of another person is a second approver: %+v, changed=%v, %v", got, changed, err)
 		}
 	}},
 	{"Decide/one party votes once whatever bytes its id holds", func(c *storeCheck) {
@@ -437,6 +474,10 @@ var storeRules = []struct {
 		pairs := map[string][2]store.Actor{
 			"one in the other's chain": {manager, {ID: "agent-3", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{manager.ID}}},
 			"one id, two actors":       {manager, {ID: manager.ID, Tenant: "acme", Kind: "agent"}},
+			"two delegates of one person": {
+				{ID: "assistant-1", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{manager2.ID}},
+				{ID: "assistant-2", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"team-lead", manager2.ID}},
+			},
 		}
 		for name, pair := range pairs {
 			for round := range 10 {
@@ -462,8 +503,8 @@ var storeRules = []struct {
 					c.Errorf("concurrent voters of one party are admitted once (%s): %d admitted, record %s with %d votes (errors %v)", name, admitted.Load(), got.Status, len(got.Votes), errs)
 				}
 				for _, err := range errs {
-					if err != nil && !errors.Is(err, store.ErrSelfApproval) {
-						c.Errorf("concurrent voters of one party are admitted once (%s): the other must get ErrSelfApproval, got %v", name, err)
+					if err != nil && !errors.Is(err, store.ErrAlreadyVoted) {
+						c.Errorf("concurrent voters of one party are admitted once (%s): the other must get ErrAlreadyVoted, got %v", name, err)
 					}
 				}
 				c.s.Advance(16 * time.Minute) // the next round's cap

@@ -131,7 +131,9 @@ func refusal(code middleware.Code, message string) *mcp.CallToolResult {
 }
 
 // refusalCodes are the codes a refusal is read back as: those the one wire
-// table ([adapter.CodeRPC]) writes as a Connect code no other code shares.
+// table ([adapter.CodeRPC]) writes as a Connect code no other code shares,
+// but IDEMPOTENCY_QUOTA_EXCEEDED, which shares ResourceExhausted and
+// always carries its envelope (a refusal after a claim).
 var refusalCodes = []middleware.Code{middleware.CodeCancelled, middleware.CodeUnauthenticated, middleware.CodeInvalidArgument, middleware.CodeResourceExhausted}
 
 // codeOf reads a failure without an envelope back as a refusal's code and

@@ -79,6 +79,16 @@ func dedupResultKey(audience string, a Actor, procedure, digest string) string {
 	return ids.Derive(idempotencyKeyPrefix, actorParts("dedup", audience, a, procedure, digest)...)
 }
 
+// resultOwner is the owner of the records an actor's calls claim, whose
+// quota they count against (WithResultQuota): derived from the audience
+// and the whole actor, as the record keys are.
+func resultOwner(audience string, a Actor) string {
+	return ids.Derive(resultOwnerPrefix, actorParts("owner", audience, a, "", "")...)
+}
+
+// resultOwnerPrefix starts an owner: store.ResultKey.Valid checks it.
+const resultOwnerPrefix = "own_"
+
 // actorParts lists what a derived key is over, each part length-prefixed
 // by ids.Derive: a domain, the audience, the whole actor (its chain
 // counted, so parts cannot shift), the procedure and last.

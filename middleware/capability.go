@@ -171,8 +171,9 @@ type Approval struct {
 	// the request. Zero means 15 minutes; negative is invalid.
 	ExpiresIn time.Duration
 	// Quorum is how many distinct approvers must approve before the call
-	// may run: none of them the requester or in its delegation chain, none
-	// in another's chain. One rejection rejects. Zero means 1; negative is
+	// may run: none of them sharing a principal (ID or OnBehalfOf entry)
+	// with the requester, and no two sharing one with each other, so two
+	// delegates of one person count once. One rejection rejects. Zero means 1; negative is
 	// invalid. It is bound into the record, like Type.
 	Quorum int
 }

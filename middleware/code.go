@@ -63,34 +63,38 @@ const (
 	// CodePolicyUnavailable: a policy errored or panicked; nothing ran.
 	// Retryable.
 	CodePolicyUnavailable
+	// CodeIdempotencyQuotaExceeded: the results the actor's keys keep are
+	// at their quota (WithResultQuota); nothing ran.
+	CodeIdempotencyQuotaExceeded
 	numCodes
 )
 
 var codeNames = [numCodes]string{
-	CodeOK:                     "OK",
-	CodeTimeout:                "TIMEOUT",
-	CodeCancelled:              "CANCELLED",
-	CodeExecutionFailed:        "EXECUTION_FAILED",
-	CodeResourceExhausted:      "RESOURCE_EXHAUSTED",
-	CodeUnauthenticated:        "UNAUTHENTICATED",
-	CodeApprovalRequired:       "APPROVAL_REQUIRED",
-	CodeApprovalPending:        "APPROVAL_PENDING",
-	CodeApprovalRejected:       "APPROVAL_REJECTED",
-	CodeApprovalExpired:        "APPROVAL_EXPIRED",
-	CodeApprovalConsumed:       "APPROVAL_CONSUMED",
-	CodeApprovalNotFound:       "APPROVAL_NOT_FOUND",
-	CodeApprovalInputMismatch:  "APPROVAL_INPUT_MISMATCH",
-	CodeApprovalResumeMismatch: "APPROVAL_RESUME_MISMATCH",
-	CodeApprovalUnavailable:    "APPROVAL_UNAVAILABLE",
-	CodeCapabilityNotFound:     "CAPABILITY_NOT_FOUND",
-	CodeInvalidArgument:        "INVALID_ARGUMENT",
-	CodeAuditUnavailable:       "AUDIT_UNAVAILABLE",
-	CodeIdempotencyInFlight:    "IDEMPOTENCY_IN_FLIGHT",
-	CodeIdempotencyKeyReused:   "IDEMPOTENCY_KEY_REUSED",
-	CodeIdempotencyInDoubt:     "IDEMPOTENCY_IN_DOUBT",
-	CodeIdempotencyUnavailable: "IDEMPOTENCY_UNAVAILABLE",
-	CodePolicyDenied:           "POLICY_DENIED",
-	CodePolicyUnavailable:      "POLICY_UNAVAILABLE",
+	CodeOK:                       "OK",
+	CodeTimeout:                  "TIMEOUT",
+	CodeCancelled:                "CANCELLED",
+	CodeExecutionFailed:          "EXECUTION_FAILED",
+	CodeResourceExhausted:        "RESOURCE_EXHAUSTED",
+	CodeUnauthenticated:          "UNAUTHENTICATED",
+	CodeApprovalRequired:         "APPROVAL_REQUIRED",
+	CodeApprovalPending:          "APPROVAL_PENDING",
+	CodeApprovalRejected:         "APPROVAL_REJECTED",
+	CodeApprovalExpired:          "APPROVAL_EXPIRED",
+	CodeApprovalConsumed:         "APPROVAL_CONSUMED",
+	CodeApprovalNotFound:         "APPROVAL_NOT_FOUND",
+	CodeApprovalInputMismatch:    "APPROVAL_INPUT_MISMATCH",
+	CodeApprovalResumeMismatch:   "APPROVAL_RESUME_MISMATCH",
+	CodeApprovalUnavailable:      "APPROVAL_UNAVAILABLE",
+	CodeCapabilityNotFound:       "CAPABILITY_NOT_FOUND",
+	CodeInvalidArgument:          "INVALID_ARGUMENT",
+	CodeAuditUnavailable:         "AUDIT_UNAVAILABLE",
+	CodeIdempotencyInFlight:      "IDEMPOTENCY_IN_FLIGHT",
+	CodeIdempotencyKeyReused:     "IDEMPOTENCY_KEY_REUSED",
+	CodeIdempotencyInDoubt:       "IDEMPOTENCY_IN_DOUBT",
+	CodeIdempotencyUnavailable:   "IDEMPOTENCY_UNAVAILABLE",
+	CodePolicyDenied:             "POLICY_DENIED",
+	CodePolicyUnavailable:        "POLICY_UNAVAILABLE",
+	CodeIdempotencyQuotaExceeded: "IDEMPOTENCY_QUOTA_EXCEEDED",
 }
 
 // String returns the code's wire name, for example "TIMEOUT".

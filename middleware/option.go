@@ -37,6 +37,7 @@ type config struct {
 	results        store.ResultStore
 	resultKeys     *keyring
 	retention      time.Duration // of stored results; 0: 24h
+	quota          store.ResultQuota
 	audience       string
 	view           func(ctx context.Context, procedure string, input []byte) (string, error)
 	policies       []namedPolicy
@@ -55,6 +56,7 @@ func defaultConfig() config {
 		maxBackoff:     30 * time.Second,
 		defaultExpiry:  15 * time.Minute,
 		maxAbandoned:   100,
+		quota:          store.ResultQuota{Records: 1000, Bytes: 64 << 20},
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
 		now:            time.Now,

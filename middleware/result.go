@@ -57,8 +57,34 @@ import (
 // [Capability].Dedup replays repeats without a key within a window, and
 // needs a result store too. Without one, the Idempotency-Key of incoming
 // calls is ignored. Streams are never stored or replayed.
+//
+// A key on a read (side effect none or read) is checked (a malformed one
+// is INVALID_ARGUMENT) and then has no effect, as at Stripe: nothing is
+// claimed or stored, and the read runs; a dedup window still applies.
 func WithResultStore(s store.ResultStore) Option {
 	return optionFunc(func(c *config) { c.results = s })
+}
+
+// WithResultQuota bounds what one caller's keys keep in the result store
+// ([WithResultStore]): per audience and whole actor, at most records
+// unexpired results (stored, running or in doubt) and bytes bytes of
+// stored results. A call that would claim a new key beyond either is
+// refused with IDEMPOTENCY_QUOTA_EXCEEDED (not safe to re-invoke at once:
+// it is refused until results expire) and nothing runs; repeats of the
+// keys already kept still replay. Results are counted at the claim,
+// atomically with it; bytes when a result is stored, so one result may
+// overshoot the byte quota. The default is 1,000 results and 64 MiB per
+// actor, so that no one caller can fill a store that other callers, or
+// approvals, share (size the store for the callers you expect, or give
+// results a store of their own). Both must be positive.
+func WithResultQuota(records int, bytes int64) Option {
+	return optionFunc(func(c *config) {
+		if records <= 0 || bytes <= 0 {
+			c.problems = append(c.problems, fmt.Sprintf("WithResultQuota needs a positive number of records and of bytes (got %d and %d)", records, bytes))
+			return
+		}
+		c.quota = store.ResultQuota{Records: records, Bytes: bytes}
+	})
 }
 
 // Reconciled is what a capability's Reconcile hook found out about an
@@ -90,12 +116,16 @@ type keyed struct {
 	callerKey string // the caller's key as parsed; "" for a dedup window
 	retention time.Duration
 	key       string // the record key, derived once the digest is known
+	owner     string // whose quota the record counts against
 	held      bool   // this execution holds the key
 	replay    *replayed
 	// doubtful: the execution finalized leaving the key in doubt, so an
 	// abandoned attempt that returns late stores its result.
 	doubtful bool
 }
+
+// ref names the key's record in the store.
+func (k *keyed) ref() store.ResultKey { return store.ResultKey{Owner: k.owner, Key: k.key} }
 
 // replayed is a stored result, as an execution answers with it.
 type replayed struct {
@@ -125,7 +155,7 @@ func (c *config) resultProblems(caps map[string]Capability) []error {
 			c.logger.Warn("agentsafe: results are kept in this process only (the memory result store): other instances never replay them; use resultstore.NewRedis to share them")
 		}
 		if c.actor == nil {
-			c.logger.Warn("agentsafe: a result store without WithActor: every caller's Idempotency-Key is in one scope, so two callers that pick the same key get each other's results")
+			c.logger.Warn("agentsafe: a result store without WithActor: every caller's Idempotency-Key is in one scope, so two callers that pick the same key get each other's results, and all callers share one result quota (WithResultQuota)")
 		}
 	}
 	return errs
@@ -140,22 +170,28 @@ func (c *config) resultRetention() time.Duration {
 
 // callerKey is part of stage 2a: it reads the caller's Idempotency-Key
 // (or notes the capability's dedup window). An engine without a result
-// store ignores both; a stream is never replayed.
+// store ignores both; a stream is never replayed. A key on a read (side
+// effect none or read) is checked and then has no effect, as at Stripe:
+// a read has nothing a repeat could run twice, so nothing is claimed or
+// stored for it, and one caller's keyed reads never fill the store; the
+// capability's dedup window, when it has one, still applies.
 func (x *execution) callerKey() *Error {
 	if x.e.cfg.results == nil || x.streaming {
 		return nil
 	}
-	if x.call.IdempotencyKey == "" {
-		if x.cap.Dedup > 0 {
-			x.keyed = &keyed{retention: x.cap.Dedup}
+	if x.call.IdempotencyKey != "" {
+		k, err := parseCallerKey(x.call.IdempotencyKey)
+		if err != nil {
+			return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: %s", headerIdempotencyKey, err), Cause: err}
 		}
-		return nil
+		if x.cap.SideEffect.WriteLike() {
+			x.keyed = &keyed{callerKey: k, retention: x.e.cfg.resultRetention()}
+			return nil
+		}
 	}
-	k, err := parseCallerKey(x.call.IdempotencyKey)
-	if err != nil {
-		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: %s", headerIdempotencyKey, err), Cause: err}
+	if x.cap.Dedup > 0 {
+		x.keyed = &keyed{retention: x.cap.Dedup}
 	}
-	x.keyed = &keyed{callerKey: k, retention: x.e.cfg.resultRetention()}
 	return nil
 }
 
@@ -180,8 +216,9 @@ func (x *execution) claim(gated bool) *Error {
 	} else {
 		k.key = dedupResultKey(x.e.cfg.audience, x.actor, x.proc, x.digest)
 	}
-	req := store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.claimLease(gated),
-		WriteLike: x.cap.SideEffect.WriteLike(), Retention: k.retention, Reconcile: x.cap.Reconcile != nil}
+	k.owner = resultOwner(x.e.cfg.audience, x.actor)
+	req := x.claimRequest(x.claimLease(gated))
+	req.Reconcile = x.cap.Reconcile != nil
 	if gated && req.Reconcile {
 		// Reconciled only once the key its handler saw is known (see
 		// handlerKeyOf): a key in doubt is left as it is until then.
@@ -225,6 +262,9 @@ func (x *execution) claimed(c store.Claim, gated bool) *Error {
 			msg = fmt.Sprintf("execution %s with this %s may have run and left no result; to reconcile it, call again with the %s header of the approval it consumed", c.ExecutionID, keyName(k), seam.HeaderApprovalID)
 		}
 		return &Error{Code: CodeIdempotencyInDoubt, Message: msg}
+	case store.ClaimQuotaExceeded:
+		q := x.e.cfg.quota
+		return &Error{Code: CodeIdempotencyQuotaExceeded, Message: fmt.Sprintf("the results this caller's keys keep are at their quota (%d results or %d bytes, until they expire); nothing ran", q.Records, q.Bytes)}
 	case store.ClaimDone:
 		r, err := x.replayOf(c.Result)
 		if err != nil {
@@ -234,6 +274,12 @@ func (x *execution) claimed(c store.Claim, gated bool) *Error {
 		return nil
 	}
 	return x.resultUnavailable(fmt.Errorf("the result store answered a claim with %s", c.Status))
+}
+
+// claimRequest is the claim of the execution's key, with lease.
+func (x *execution) claimRequest(lease time.Duration) store.ClaimRequest {
+	return store.ClaimRequest{ResultKey: x.keyed.ref(), Quota: x.e.cfg.quota, Digest: x.digest, ExecutionID: x.id, Lease: lease,
+		WriteLike: x.cap.SideEffect.WriteLike(), Retention: x.keyed.retention}
 }
 
 // claimLease is how long a claim holds without a result: the longest the
@@ -268,7 +314,7 @@ func (x *execution) claimOnce(req store.ClaimRequest) (store.Claim, *Error) {
 			return c, nil
 		}
 		if x.ctx.Err() != nil || try == len(claimRetries) || !x.sleepWithin(claimRetries[try]) {
-			x.e.releaseKey(x.ctx, req.Key, x.id)
+			x.e.releaseKey(x.ctx, req.ResultKey, x.id)
 			if x.ctx.Err() != nil {
 				return store.Claim{}, x.cancelled()
 			}
@@ -284,7 +330,7 @@ func (x *execution) resultUnavailable(err error) *Error {
 // releaseKey gives a key back when nothing ran on its claim, in the
 // background, bounded; a failure leaves a write-like claim to read in
 // doubt after its lease: visible, not silent.
-func (e *Engine) releaseKey(ctx context.Context, key, executionID string) {
+func (e *Engine) releaseKey(ctx context.Context, key store.ResultKey, executionID string) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
@@ -367,12 +413,11 @@ func (x *execution) handlerKeyOf(prev string, gated bool) (string, bool) {
 // answers as a repeat of it.
 func (x *execution) holdAfresh() *Error {
 	k := x.keyed
-	if err := x.e.cfg.results.Release(x.ctx, k.key, x.id); err != nil {
+	if err := x.e.cfg.results.Release(x.ctx, k.ref(), x.id); err != nil {
 		return x.resultUnavailable(err) // still held: finish gives it back
 	}
 	k.held = false
-	c, err := x.claimOnce(store.ClaimRequest{Key: k.key, Digest: x.digest, ExecutionID: x.id, Lease: x.claimLease(false),
-		WriteLike: x.cap.SideEffect.WriteLike(), Retention: k.retention})
+	c, err := x.claimOnce(x.claimRequest(x.claimLease(false)))
 	if err != nil {
 		return err
 	}
@@ -447,7 +492,7 @@ func (x *execution) settleKey(env Envelope, v any, err *Error) Envelope {
 	case keep:
 		x.complete(x.sealResult(env, false, x.response(v), err))
 	case release: // now, not in the background: a repeat right after must find the key free
-		x.writeKey(func(ctx context.Context) error { return x.e.cfg.results.Release(ctx, k.key, x.id) })
+		x.writeKey(func(ctx context.Context) error { return x.e.cfg.results.Release(ctx, k.ref(), x.id) })
 	case left && returned: // the abandoned attempt is back: its result decides
 		x.storeLate(last, late)
 	default:
@@ -639,7 +684,7 @@ func (x *execution) replayOf(res store.Result) (*replayed, error) {
 // leaves a write-like key to read in doubt after its lease.
 func (x *execution) complete(res store.Result) {
 	x.writeKey(func(ctx context.Context) error {
-		return x.e.cfg.results.Complete(ctx, x.keyed.key, x.id, res)
+		return x.e.cfg.results.Complete(ctx, x.keyed.ref(), x.id, res)
 	})
 }
 
@@ -647,7 +692,7 @@ func (x *execution) complete(res store.Result) {
 // leaves no result.
 func (x *execution) markInDoubt() {
 	x.writeKey(func(ctx context.Context) error {
-		return x.e.cfg.results.MarkInDoubt(ctx, x.keyed.key, x.id)
+		return x.e.cfg.results.MarkInDoubt(ctx, x.keyed.ref(), x.id)
 	})
 }
 

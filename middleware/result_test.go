@@ -169,10 +169,10 @@ func (r *results) replayedExecution(original string) string {
 	return ""
 }
 
-// record returns the store's record of a key: the handler saw it as its
-// idempotency key.
+// record returns the store's record of a key of the agent's: the handler
+// saw it as its idempotency key.
 func (r *results) record(key string) (store.ResultRecord, error) {
-	return r.store.Get(r.t.Context(), key)
+	return r.store.Get(r.t.Context(), store.ResultKey{Owner: middleware.ResultOwner("", agent), Key: key})
 }
 
 func TestReplayAnswersWithTheStoredResultAndRunsNothing(t *testing.T) {
@@ -336,6 +336,58 @@ func TestKeysAreIgnoredWithoutAResultStore(t *testing.T) {
 	}
 }
 
+// TestAKeyOnAReadHasNoEffect: as at Stripe, a caller's key on a read
+// (side effect none or read) is checked and then ignored: nothing is
+// claimed or stored, every call runs; a malformed key is still refused,
+// and a dedup window still applies.
+func TestAKeyOnAReadHasNoEffect(t *testing.T) {
+	none := middleware.Capability{SideEffect: middleware.SideEffectNone, Timeout: time.Second}
+	for name, c := range map[string]middleware.Capability{"read": readCap, "none": none} {
+		t.Run(name, func(t *testing.T) {
+			r := oneResult(t, c)
+			var keys []string
+			for range 2 {
+				_, env, err := r.call(t.Context(), keyedCall{key: "order-42"}, func(ctx context.Context) (any, error) {
+					x, _ := middleware.ExecutionFromContext(ctx)
+					keys = append(keys, x.IdempotencyKey)
+					return refunded(ctx)
+				})
+				wantCode(t, env, err, middleware.CodeOK)
+				if env.Replayed {
+					t.Errorf("a key on a read replays nothing: %+v", env)
+				}
+			}
+			r.wantRuns("a key on a read has no effect: each call runs", 2)
+			if keys[0] == keys[1] {
+				t.Errorf("a key on a read is not the execution's key: both runs saw %s", keys[0])
+			}
+			for _, k := range keys {
+				if rec, err := r.record(k); !errors.Is(err, store.ErrResultNotFound) {
+					t.Errorf("a key on a read stores nothing: %+v (%v)", rec, err)
+				}
+			}
+			_, env, err := r.call(t.Context(), keyedCall{key: `"unterminated`}, refunded)
+			wantCode(t, env, err, middleware.CodeInvalidArgument)
+			_, env, err = adapter.Execute(as(t.Context(), agent), adapter.Resolve(r.eng, procRefund),
+				adapter.Call[any]{Input: adapter.JSONInput([]byte(`{"a":1,"a":2}`)), IdempotencyKey: "k", Codec: stringCodec{}}, refunded)
+			wantCode(t, env, err, middleware.CodeOK) // nothing needs the digest of a read's input
+		})
+	}
+	t.Run("dedup", func(t *testing.T) {
+		c := readCap
+		c.Dedup = time.Minute
+		r := oneResult(t, c)
+		_, first, err := r.call(t.Context(), keyedCall{key: "a"}, refunded)
+		wantCode(t, first, err, middleware.CodeOK)
+		_, env, err := r.call(t.Context(), keyedCall{key: "b"}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+		if !env.Replayed || env.ExecutionID != first.ExecutionID {
+			t.Errorf("a read's dedup window applies whatever key it carries: %+v", env)
+		}
+		r.wantRuns("a read's dedup window replays", 1)
+	})
+}
+
 func TestAKeyedCallMustBindItsInput(t *testing.T) {
 	r := oneResult(t, writeCap)
 	for name, in := range map[string]adapter.Input{
@@ -366,12 +418,84 @@ func TestNewNeedsAResultKeyAndDedupAResultStore(t *testing.T) {
 		"a key without an ID":          {reg(writeCap), []middleware.Option{middleware.WithResultKey(middleware.ResultKey{Key: sealKey.Key})}, "ID"},
 		"two keys of one ID":           {reg(writeCap), []middleware.Option{middleware.WithResultKey(sealKey, sealKey)}, "two keys"},
 		"a negative retention":         {reg(writeCap), []middleware.Option{middleware.WithDefaults(middleware.Defaults{ResultRetention: -time.Hour})}, "ResultRetention"},
+		"no records in the quota":      {reg(writeCap), []middleware.Option{middleware.WithResultQuota(0, 1<<20)}, "WithResultQuota"},
+		"no bytes in the quota":        {reg(writeCap), []middleware.Option{middleware.WithResultQuota(10, -1)}, "WithResultQuota"},
 	} {
 		_, err := middleware.New(tc.reg, append(tc.opts, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: New must fail naming %q: %v", name, tc.want, err)
 		}
 	}
+}
+
+// TestAResultQuotaBoundsWhatOneCallerKeeps: a claim that would make a new
+// record for an actor at its quota is refused IDEMPOTENCY_QUOTA_EXCEEDED
+// (not safe to re-invoke: it stays refused until results expire) and runs
+// nothing; repeats of its stored keys still replay, other actors are not
+// held to it, and expired results stop counting.
+func TestAResultQuotaBoundsWhatOneCallerKeeps(t *testing.T) {
+	r := oneResult(t, writeCap, middleware.WithResultQuota(2, 1<<20))
+	for _, key := range []string{"a", "b"} {
+		_, env, err := r.call(t.Context(), keyedCall{key: key}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+	}
+	_, env, err := r.call(t.Context(), keyedCall{key: "c"}, refunded)
+	wantCode(t, env, err, middleware.CodeIdempotencyQuotaExceeded)
+	if env.Error.Retryable || env.Status != middleware.StatusFailed || !strings.Contains(env.Error.Message, "nothing ran") {
+		t.Errorf("a caller over its quota is refused, not safe to re-invoke at once, and told nothing ran: %+v", env.Error)
+	}
+	r.wantRuns("a claim over the quota runs nothing", 2)
+	_, env, err = r.call(t.Context(), keyedCall{key: "a"}, refunded)
+	wantCode(t, env, err, middleware.CodeOK)
+	if !env.Replayed {
+		t.Errorf("a repeat of a stored key replays at the quota: %+v", env)
+	}
+	_, env, err = r.call(t.Context(), keyedCall{key: "c", actor: boss}, refunded)
+	wantCode(t, env, err, middleware.CodeOK)
+	_, env, err = r.call(t.Context(), keyedCall{}, refunded)
+	wantCode(t, env, err, middleware.CodeOK) // a call without a key stores nothing
+	r.clock.Advance(24 * time.Hour)
+	_, env, err = r.call(t.Context(), keyedCall{key: "c"}, refunded)
+	wantCode(t, env, err, middleware.CodeOK)
+	r.wantRuns("expired results stop counting", 5)
+}
+
+// TestAResultQuotaCountsStoredBytes: the bytes of stored results count
+// once stored, so one result may overshoot the quota; the next claim is
+// refused.
+func TestAResultQuotaCountsStoredBytes(t *testing.T) {
+	r := oneResult(t, writeCap, middleware.WithResultQuota(100, 1000))
+	big := func(context.Context) (any, error) { return strings.Repeat("x", 4000), nil }
+	_, env, err := r.call(t.Context(), keyedCall{key: "big"}, big)
+	wantCode(t, env, err, middleware.CodeOK)
+	_, env, err = r.call(t.Context(), keyedCall{key: "big"}, big)
+	wantCode(t, env, err, middleware.CodeOK)
+	if !env.Replayed {
+		t.Errorf("the result that overshot the quota is stored and replayed: %+v", env)
+	}
+	_, env, err = r.call(t.Context(), keyedCall{key: "next"}, refunded)
+	wantCode(t, env, err, middleware.CodeIdempotencyQuotaExceeded)
+	r.wantRuns("over the byte quota nothing runs", 1)
+}
+
+// TestTheResultQuotaDefaultsTo1000Records: without WithResultQuota, an
+// actor keeps at most 1,000 results (and 64 MiB).
+func TestTheResultQuotaDefaultsTo1000Records(t *testing.T) {
+	r := oneResult(t, writeCap)
+	for i := range 1000 {
+		_, env, err := r.call(t.Context(), keyedCall{key: fmt.Sprint(i)}, refunded)
+		wantCode(t, env, err, middleware.CodeOK)
+	}
+	_, env, err := r.call(t.Context(), keyedCall{key: "1000"}, refunded)
+	wantCode(t, env, err, middleware.CodeIdempotencyQuotaExceeded)
+	r2 := oneResult(t, writeCap)
+	big := func(context.Context) (any, error) { return strings.Repeat("x", 1<<20), nil } // stored whole: at the response limit
+	for i := range 64 {
+		_, env, err := r2.call(t.Context(), keyedCall{key: fmt.Sprint(i)}, big)
+		wantCode(t, env, err, middleware.CodeOK)
+	}
+	_, env, err = r2.call(t.Context(), keyedCall{key: "64"}, big)
+	wantCode(t, env, err, middleware.CodeIdempotencyQuotaExceeded)
 }
 
 // TestWhatIsStoredReleasedOrInDoubt walks the rules of what an execution
@@ -827,7 +951,7 @@ func (s *lossyStore) Claim(ctx context.Context, req store.ClaimRequest) (store.C
 	return c, err
 }
 
-func (s *lossyStore) Release(ctx context.Context, key, executionID string) error {
+func (s *lossyStore) Release(ctx context.Context, key store.ResultKey, executionID string) error {
 	s.mu.Lock()
 	s.released = append(s.released, executionID)
 	s.mu.Unlock()

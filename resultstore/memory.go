@@ -12,12 +12,14 @@ import (
 // Memory keeps results in one process: for one instance, and for tests. A
 // process that restarts forgets them (a repeat then runs again), and two
 // processes never see each other's: use [Redis] for more than one
-// instance.
+// instance. An owner's quota is counted under the store's lock, over its
+// own records.
 type Memory struct {
 	cfg config
 
-	mu        sync.Mutex
-	records   map[string]*store.ResultRecord
+	mu sync.Mutex
+	// records holds each owner's records by key.
+	records   map[string]map[string]*store.ResultRecord
 	lastSweep time.Time
 }
 
@@ -31,23 +33,65 @@ func NewMemory(opts ...MemoryOption) *Memory {
 			o.applyMemory(&cfg)
 		}
 	}
-	return &Memory{cfg: cfg, records: make(map[string]*store.ResultRecord)}
+	return &Memory{cfg: cfg, records: make(map[string]map[string]*store.ResultRecord)}
+}
+
+// record returns the record of k, or nil.
+func (m *Memory) record(k store.ResultKey) *store.ResultRecord { return m.records[k.Owner][k.Key] }
+
+// put stores r under its key.
+func (m *Memory) put(r *store.ResultRecord) {
+	own := m.records[r.Owner]
+	if own == nil {
+		own = make(map[string]*store.ResultRecord)
+		m.records[r.Owner] = own
+	}
+	own[r.Key] = r
+}
+
+// remove forgets the record of k.
+func (m *Memory) remove(k store.ResultKey) {
+	delete(m.records[k.Owner], k.Key)
+	if len(m.records[k.Owner]) == 0 {
+		delete(m.records, k.Owner)
+	}
+}
+
+// usage counts what owner keeps as of now: its live records, and the
+// sizes of its live done ones.
+func (m *Memory) usage(owner string, now time.Time) (records int, bytes int64) {
+	for _, r := range m.records[owner] {
+		if v, ok := view(r, now); ok {
+			records++
+			if v.State == store.ResultDone {
+				bytes += v.Result.Size()
+			}
+		}
+	}
+	return records, bytes
 }
 
 // Claim implements [store.ResultStore]: the checks and the write happen
 // under one lock.
 func (m *Memory) Claim(_ context.Context, req store.ClaimRequest) (store.Claim, error) {
+	if !req.ResultKey.Valid() {
+		return store.Claim{}, malformed(req.ResultKey)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.now()
 	m.sweep(now)
-	r, ok := m.records[req.Key]
+	r := m.record(req.ResultKey)
 	var v store.ResultRecord
+	ok := r != nil
 	if ok {
 		v, ok = view(r, now)
 	}
 	if !ok {
-		m.records[req.Key] = claimed(req, now)
+		if req.Quota.Exceeded(m.usage(req.Owner, now)) {
+			return store.Claim{Status: store.ClaimQuotaExceeded}, nil
+		}
+		m.put(claimed(req, now))
 		return store.Claim{Status: store.ClaimAcquired}, nil
 	}
 	if v.Digest != req.Digest {
@@ -62,7 +106,7 @@ func (m *Memory) Claim(_ context.Context, req store.ClaimRequest) (store.Claim, 
 		}
 		c := claimed(req, now)
 		c.ReconcileOf = v.ExecutionID
-		m.records[req.Key] = c
+		m.put(c)
 		return store.Claim{Status: store.ClaimReconcile, ExecutionID: v.ExecutionID}, nil
 	}
 	switch {
@@ -75,9 +119,9 @@ func (m *Memory) Claim(_ context.Context, req store.ClaimRequest) (store.Claim, 
 }
 
 // held returns the record of key held by executionID, as of now.
-func (m *Memory) held(key, executionID string, now time.Time) (*store.ResultRecord, store.ResultRecord, bool) {
-	r, ok := m.records[key]
-	if !ok {
+func (m *Memory) held(key store.ResultKey, executionID string, now time.Time) (*store.ResultRecord, store.ResultRecord, bool) {
+	r := m.record(key)
+	if r == nil {
 		return nil, store.ResultRecord{}, false
 	}
 	v, ok := view(r, now)
@@ -88,7 +132,7 @@ func (m *Memory) held(key, executionID string, now time.Time) (*store.ResultReco
 }
 
 // Complete implements [store.ResultStore].
-func (m *Memory) Complete(_ context.Context, key, executionID string, res store.Result) error {
+func (m *Memory) Complete(_ context.Context, key store.ResultKey, executionID string, res store.Result) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.now()
@@ -105,17 +149,17 @@ func (m *Memory) Complete(_ context.Context, key, executionID string, res store.
 }
 
 // Release implements [store.ResultStore].
-func (m *Memory) Release(_ context.Context, key, executionID string) error {
+func (m *Memory) Release(_ context.Context, key store.ResultKey, executionID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, v, ok := m.held(key, executionID, m.cfg.now()); ok && v.State != store.ResultDone {
-		delete(m.records, key)
+		m.remove(key)
 	}
 	return nil
 }
 
 // MarkInDoubt implements [store.ResultStore].
-func (m *Memory) MarkInDoubt(_ context.Context, key, executionID string) error {
+func (m *Memory) MarkInDoubt(_ context.Context, key store.ResultKey, executionID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.now()
@@ -133,11 +177,11 @@ func (m *Memory) MarkInDoubt(_ context.Context, key, executionID string) error {
 }
 
 // Get implements [store.ResultStore].
-func (m *Memory) Get(_ context.Context, key string) (store.ResultRecord, error) {
+func (m *Memory) Get(_ context.Context, key store.ResultKey) (store.ResultRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.records[key]
-	if !ok {
+	r := m.record(key)
+	if r == nil {
 		return store.ResultRecord{}, store.ErrResultNotFound
 	}
 	v, ok := view(r, m.cfg.now())
@@ -154,9 +198,14 @@ func (m *Memory) sweep(now time.Time) {
 		return
 	}
 	m.lastSweep = now
-	for k, r := range m.records {
-		if _, ok := view(r, now); !ok {
-			delete(m.records, k)
+	for owner, own := range m.records {
+		for k, r := range own {
+			if _, ok := view(r, now); !ok {
+				delete(own, k)
+			}
+		}
+		if len(own) == 0 {
+			delete(m.records, owner)
 		}
 	}
 }

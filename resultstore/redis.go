@@ -19,9 +19,16 @@ import (
 // once across every server instance sharing the deployment: a single node,
 // a Sentinel-managed primary (redis.NewFailoverClient) or a Cluster.
 //
-// A key's record is one hash at {prefix:idk_…}: the braces make the whole
-// key its hash tag, so each method is one script over one key, on one node
-// of a Cluster, in one round trip. Its fields:
+// A key's record is one hash at {prefix:own_…}:idk_…, in its owner's hash
+// tag (the owner is the audience and whole actor the engine derived the
+// key for), beside the owner's index: {prefix:own_…}:records, a sorted set
+// of the owner's record ids scored by when each is gone, and
+// {prefix:own_…}:bytes, the sizes of its stored results and their sum.
+// So each method is one script over one owner's keys, on one node of a
+// Cluster, in one round trip, and the quota is checked and counted in the
+// same atomic step as the claim: no compensating second step. One
+// caller's records all live on one node of a Cluster. The record's
+// fields:
 //
 //	state                          in_flight, done or in_doubt (as stored; a
 //	                               write-like claim past its lease reads in_doubt)
@@ -99,16 +106,21 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	return s, nil
 }
 
-// recordKey is the Redis key of a result key: all of it is the hash tag.
-func (s *Redis) recordKey(key string) string { return "{" + s.cfg.prefix + ":" + key + "}" }
+// keys are the Redis keys of a result key's record and of its owner's
+// index: the owner is their hash tag.
+func (s *Redis) keys(k store.ResultKey) []string {
+	tag := "{" + s.cfg.prefix + ":" + k.Owner + "}"
+	return []string{tag + ":" + k.Key, tag + ":records", tag + ":bytes"}
+}
 
-// run runs a script on one result key, with the clock offset first in
-// ARGV. A malformed key is refused before Redis: it could hold braces.
-func (s *Redis) run(ctx context.Context, sc *redis.Script, key string, args ...any) ([]any, error) {
-	if !store.ValidResultKey(key) {
-		return nil, fmt.Errorf("resultstore: malformed key %q: want \"idk_\" and 32 lowercase hex digits", key)
+// run runs a script on one result key, with the clock offset and the
+// key's id first in ARGV. A malformed key is refused before Redis: it
+// could hold braces.
+func (s *Redis) run(ctx context.Context, sc *redis.Script, k store.ResultKey, args ...any) ([]any, error) {
+	if !k.Valid() {
+		return nil, malformed(k)
 	}
-	return sc.Run(ctx, s.rdb, []string{s.recordKey(key)}, append([]any{s.offset()}, args...)...).Slice()
+	return sc.Run(ctx, s.rdb, s.keys(k), append([]any{s.offset(), k.Key}, args...)...).Slice()
 }
 
 // offset is ARGV[1] of every script: microseconds added to Redis TIME,
@@ -122,7 +134,8 @@ func (s *Redis) offset() string {
 
 // Claim implements [store.ResultStore]: one script, one round trip.
 func (s *Redis) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
-	r, err := s.run(ctx, claimScript, req.Key, req.Digest, req.ExecutionID, micros(req.Lease), flag(req.WriteLike), micros(req.Retention), flag(req.Reconcile))
+	r, err := s.run(ctx, claimScript, req.ResultKey, req.Digest, req.ExecutionID, micros(req.Lease), flag(req.WriteLike), micros(req.Retention), flag(req.Reconcile),
+		req.Quota.Records, req.Quota.Bytes)
 	if err != nil {
 		return store.Claim{}, err
 	}
@@ -132,6 +145,8 @@ func (s *Redis) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		return store.Claim{Status: store.ClaimAcquired}, nil
 	case "key_reused":
 		return store.Claim{Status: store.ClaimKeyReused}, nil
+	case "quota_exceeded":
+		return store.Claim{Status: store.ClaimQuotaExceeded}, nil
 	case "in_flight", "in_doubt", "reconcile":
 		status := map[string]store.ClaimStatus{"in_flight": store.ClaimInFlight, "in_doubt": store.ClaimInDoubt, "reconcile": store.ClaimReconcile}[word]
 		exec, ok := at(r, 1).(string)
@@ -151,19 +166,19 @@ func (s *Redis) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 }
 
 // Complete implements [store.ResultStore].
-func (s *Redis) Complete(ctx context.Context, key, executionID string, res store.Result) error {
-	r, err := s.run(ctx, completeScript, key, executionID, res.ExecutionID, res.Code, res.Envelope, res.Sealed, res.KeyID, flag(res.Late))
+func (s *Redis) Complete(ctx context.Context, key store.ResultKey, executionID string, res store.Result) error {
+	r, err := s.run(ctx, completeScript, key, executionID, res.ExecutionID, res.Code, res.Envelope, res.Sealed, res.KeyID, flag(res.Late), res.Size())
 	return written(r, err)
 }
 
 // Release implements [store.ResultStore].
-func (s *Redis) Release(ctx context.Context, key, executionID string) error {
+func (s *Redis) Release(ctx context.Context, key store.ResultKey, executionID string) error {
 	r, err := s.run(ctx, releaseScript, key, executionID)
 	return written(r, err)
 }
 
 // MarkInDoubt implements [store.ResultStore].
-func (s *Redis) MarkInDoubt(ctx context.Context, key, executionID string) error {
+func (s *Redis) MarkInDoubt(ctx context.Context, key store.ResultKey, executionID string) error {
 	r, err := s.run(ctx, doubtScript, key, executionID)
 	return written(r, err)
 }
@@ -187,8 +202,8 @@ var recordFields = []string{"state", "digest", "exec", "reconcile_of", "write_li
 	"retention", "done_at", "expires_at", "result_exec", "result_code", "envelope", "sealed", "key_id", "late"}
 
 // Get implements [store.ResultStore].
-func (s *Redis) Get(ctx context.Context, key string) (store.ResultRecord, error) {
-	if !store.ValidResultKey(key) {
+func (s *Redis) Get(ctx context.Context, key store.ResultKey) (store.ResultRecord, error) {
+	if !key.Valid() {
 		return store.ResultRecord{}, store.ErrResultNotFound
 	}
 	r, err := s.run(ctx, getScript, key)
@@ -209,7 +224,7 @@ func (s *Redis) Get(ctx context.Context, key string) (store.ResultRecord, error)
 		f[recordFields[i]], _ = v.(string)
 	}
 	rec := store.ResultRecord{
-		Key: key, Digest: f["digest"], State: state, ExecutionID: f["exec"], ReconcileOf: f["reconcile_of"], WriteLike: f["write_like"] == "1",
+		ResultKey: key, Digest: f["digest"], State: state, ExecutionID: f["exec"], ReconcileOf: f["reconcile_of"], WriteLike: f["write_like"] == "1",
 		ClaimedAt: unixMicro(f["claimed_at"]), LeaseUntil: unixMicro(f["lease_until"]), Retention: microsOf(f["retention"]),
 		DoneAt: unixMicro(f["done_at"]), ExpiresAt: unixMicro(f["expires_at"]),
 	}

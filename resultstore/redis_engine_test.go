@@ -375,9 +375,9 @@ func TestRedisStoreErrorsAreNotDecisions(t *testing.T) {
 	ctx := t.Context()
 	srv := redistest.Start(t)
 	s := openRedis(t, quickClient(t, srv.Addr()))
-	const key = "idk_0123456789abcdef0123456789abcdef"
+	key := store.ResultKey{Owner: "own_0123456789abcdef0123456789abcdef", Key: "idk_0123456789abcdef0123456789abcdef"}
 	srv.Stop()
-	_, err := s.Claim(ctx, store.ClaimRequest{Key: key, Digest: "sha256:00", ExecutionID: "exe_a", Lease: time.Minute, Retention: time.Hour})
+	_, err := s.Claim(ctx, store.ClaimRequest{ResultKey: key, Digest: "sha256:00", ExecutionID: "exe_a", Lease: time.Minute, Retention: time.Hour})
 	for what, err := range map[string]error{
 		"Claim":       err,
 		"Complete":    s.Complete(ctx, key, "exe_a", store.Result{ExecutionID: "exe_a", Code: "OK", Envelope: []byte("{}")}),

@@ -2,6 +2,7 @@ package resultstore_test
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentsafe/agentsafe/conformance"
 	"github.com/agentsafe/agentsafe/internal/redistest"
+	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/agentsafe/agentsafe/resultstore"
 )
 
@@ -66,12 +68,59 @@ func TestNewRedisRefusesWhatCannotWork(t *testing.T) {
 	}
 }
 
-// TestRedisKeysAreTheirOwnHashTag: every record is one key whose braces
-// span all of it, so a Cluster keeps each script on one node.
-func TestRedisKeysAreTheirOwnHashTag(t *testing.T) {
+// TestRedisKeysOfAnOwnerShareAHashTag: a record and its owner's index
+// share one hash tag, the owner, so that a Cluster keeps each script on
+// one node and the quota is counted in the claim's own step.
+func TestRedisKeysOfAnOwnerShareAHashTag(t *testing.T) {
 	s := openRedis(t, redistest.Start(t).Client(), resultstore.WithKeyPrefix("agentsafe:idk"))
-	const key = "idk_0123456789abcdef0123456789abcdef"
-	if got := resultstore.RecordKey(s, key); got != "{agentsafe:idk:"+key+"}" {
-		t.Errorf("the record key is %q", got)
+	k := store.ResultKey{Owner: "own_00112233445566778899aabbccddeeff", Key: "idk_0123456789abcdef0123456789abcdef"}
+	const tag = "{agentsafe:idk:own_00112233445566778899aabbccddeeff}"
+	if got, want := resultstore.Keys(s, k), []string{tag + ":" + k.Key, tag + ":records", tag + ":bytes"}; !slices.Equal(got, want) {
+		t.Errorf("the keys are %q, want %q", got, want)
+	}
+	if _, err := s.Claim(t.Context(), store.ClaimRequest{ResultKey: store.ResultKey{Owner: "own_{x}", Key: k.Key}, Digest: "sha256:00", ExecutionID: "exe_a", Lease: time.Minute}); err == nil {
+		t.Error("an owner that is not the engine's form could hold braces: the claim must be refused")
+	}
+}
+
+// TestRedisOwnerIndexNeverOutlivesItsRecords: under noeviction nothing
+// may stay for good: an owner's index carries a TTL at least as long as
+// its longest record's, and goes with its last record.
+func TestRedisOwnerIndexNeverOutlivesItsRecords(t *testing.T) {
+	ctx := t.Context()
+	rdb := redistest.Start(t).Client()
+	s := openRedis(t, rdb)
+	owner := "own_00112233445566778899aabbccddeeff"
+	claim := func(key string, writeLike bool) store.ResultKey {
+		t.Helper()
+		k := store.ResultKey{Owner: owner, Key: key}
+		got, err := s.Claim(ctx, store.ClaimRequest{ResultKey: k, Digest: "sha256:00", ExecutionID: "exe_" + key, Lease: time.Minute,
+			WriteLike: writeLike, Retention: time.Hour, Quota: store.ResultQuota{Records: 10, Bytes: 1 << 20}})
+		if err != nil || got.Status != store.ClaimAcquired {
+			t.Fatalf("Claim: %v, %v", got.Status, err)
+		}
+		return k
+	}
+	done := claim("idk_00000000000000000000000000000001", true)
+	if err := s.Complete(ctx, done, "exe_"+done.Key, store.Result{ExecutionID: "exe_" + done.Key, Code: "OK", Envelope: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	keys := resultstore.Keys(s, done)
+	record := rdb.PTTL(ctx, keys[0]).Val()
+	for _, k := range keys[1:] {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < record {
+			t.Errorf("%s has TTL %v, shorter than its record's %v (or none)", k, ttl, record)
+		}
+	}
+	other := store.ResultKey{Owner: "own_ffeeddccbbaa99887766554433221100", Key: done.Key}
+	k := store.ResultKey{Owner: other.Owner, Key: "idk_00000000000000000000000000000002"}
+	if got, err := s.Claim(ctx, store.ClaimRequest{ResultKey: k, Digest: "sha256:00", ExecutionID: "exe_b", Lease: time.Minute, Retention: time.Hour}); err != nil || got.Status != store.ClaimAcquired {
+		t.Fatalf("Claim: %v, %v", got.Status, err)
+	}
+	if err := s.Release(ctx, k, "exe_b"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, resultstore.Keys(s, k)...).Val(); n != 0 {
+		t.Errorf("an owner's last record released: %d of its keys remain", n)
 	}
 }

@@ -1,6 +1,7 @@
 package resultstore
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/agentsafe/agentsafe/middleware/store"
@@ -29,7 +30,7 @@ func view(r *store.ResultRecord, now time.Time) (store.ResultRecord, bool) {
 
 // claimed returns the record of a fresh claim by req at now.
 func claimed(req store.ClaimRequest, now time.Time) *store.ResultRecord {
-	r := &store.ResultRecord{Key: req.Key, Digest: req.Digest, State: store.ResultInFlight, ExecutionID: req.ExecutionID,
+	r := &store.ResultRecord{ResultKey: req.ResultKey, Digest: req.Digest, State: store.ResultInFlight, ExecutionID: req.ExecutionID,
 		WriteLike: req.WriteLike, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), Retention: req.Retention}
 	r.ExpiresAt = r.LeaseUntil
 	if r.WriteLike {
@@ -41,4 +42,9 @@ func claimed(req store.ClaimRequest, now time.Time) *store.ResultRecord {
 // settle makes r done or in doubt at now, with its retention from now.
 func settle(r *store.ResultRecord, state store.ResultState, now time.Time) {
 	r.State, r.DoneAt, r.ExpiresAt, r.ReconcileOf = state, now, now.Add(r.Retention), ""
+}
+
+// malformed is the error of a claim of a key the engine would never give.
+func malformed(k store.ResultKey) error {
+	return fmt.Errorf("resultstore: malformed key %q of owner %q: want \"idk_\" and \"own_\", each with 32 lowercase hex digits", k.Key, k.Owner)
 }

@@ -85,11 +85,12 @@ func (s serveInProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 // statuses use: the harness's own, so that the adapter's table is what
 // the suite checks, not what the harness assumes.
 var suiteCodes = map[uint32]twirp.ErrorCode{
-	conformance.StatusCanceled:         twirp.Canceled,
-	conformance.StatusDeadlineExceeded: twirp.DeadlineExceeded,
-	conformance.StatusUnimplemented:    twirp.Unimplemented,
-	conformance.StatusInternal:         twirp.Internal,
-	conformance.StatusUnavailable:      twirp.Unavailable,
+	conformance.StatusCanceled:          twirp.Canceled,
+	conformance.StatusDeadlineExceeded:  twirp.DeadlineExceeded,
+	conformance.StatusResourceExhausted: twirp.ResourceExhausted,
+	conformance.StatusUnimplemented:     twirp.Unimplemented,
+	conformance.StatusInternal:          twirp.Internal,
+	conformance.StatusUnavailable:       twirp.Unavailable,
 }
 
 // twirpError turns the suite's status into a twirp.Error, its detail as

@@ -8,8 +8,8 @@
 -- the vote as a JSON object without its time.
 -- Replies {'ok', now, record} when the vote counted, {'same', now, record}
 -- when it repeats the approver's vote (a no-op), or one of {'not_found'},
--- {'expired'}, {'not_pending', now, record}, or {'voted', id} when the
--- approver is an earlier voter, acts for one, or is acted for by one.
+-- {'expired'}, {'not_pending', now, record}, or {'voted', now, record}
+-- when the approver shares a principal with an earlier voter.
 --
 -- The checks run in the order of votable() in rules.go; all of them come
 -- before the single write, so a refusal changes nothing.
@@ -61,9 +61,22 @@ end
 if now >= tonumber(r.expires_at) then
   return {'expired'}
 end
+-- Distinct voters have disjoint principal sets (id and on_behalf_of, as
+-- store.SharedPrincipal): two delegates of one person are that person once.
+local function shares(v)
+  if v.id == id or contains(v.on_behalf_of, id) then
+    return true
+  end
+  for _, p in ipairs(chain) do
+    if p == v.id or contains(v.on_behalf_of, p) then
+      return true
+    end
+  end
+  return false
+end
 for _, v in ipairs(votes) do
-  if v.id == id or contains(v.on_behalf_of, id) or contains(chain, v.id) then
-    return {'voted', v.id}
+  if shares(v) then
+    return {'voted', int(now), record()}
   end
 end
 

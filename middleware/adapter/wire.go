@@ -190,7 +190,7 @@ func wire(c middleware.Code) (rpc uint32, status int) {
 		return 1, 499 // client closed request
 	case middleware.CodeExecutionFailed:
 		return 13, http.StatusInternalServerError
-	case middleware.CodeResourceExhausted:
+	case middleware.CodeResourceExhausted, middleware.CodeIdempotencyQuotaExceeded:
 		return 8, http.StatusTooManyRequests
 	case middleware.CodeUnauthenticated:
 		return 16, http.StatusUnauthorized

@@ -27,6 +27,7 @@ func TestEveryCodeHasAWireStatus(t *testing.T) {
 		middleware.CodeAuditUnavailable: {14, 503}, middleware.CodeIdempotencyInFlight: {10, 409}, middleware.CodeIdempotencyKeyReused: {9, 422},
 		middleware.CodeIdempotencyInDoubt: {9, 409}, middleware.CodeIdempotencyUnavailable: {14, 503},
 		middleware.CodePolicyDenied: {7, 403}, middleware.CodePolicyUnavailable: {14, 503},
+		middleware.CodeIdempotencyQuotaExceeded: {8, 429},
 	}
 	for c := middleware.CodeOK; !strings.HasPrefix(c.String(), "Code("); c++ {
 		w, ok := want[c]

@@ -74,9 +74,11 @@ type ApprovalStore interface {
 	// executes nothing. The approver must pass [CheckApprover] against the
 	// requester (ErrSelfApproval, ErrApproverNotAllowed; unless the store
 	// allows self-approval explicitly) and, when the record has votes
-	// already, against every earlier voter: distinct by ID, and no voter's
-	// ID in another voter's OnBehalfOf chain ([CheckVoter]). A store's
-	// approver policy may refuse with ErrApproverNotAllowed.
+	// already, be distinct from every earlier voter: no principal (ID or
+	// OnBehalfOf entry) in common with any of them, so that no person is
+	// counted twice through two delegates (else [ErrAlreadyVoted], which
+	// is an ErrSelfApproval; [CheckVoter]). A store's approver policy may refuse with
+	// ErrApproverNotAllowed.
 	//
 	// A rejection rejects the record at once. An approval is counted; the
 	// record becomes approved when Quorum distinct approvers have voted
@@ -297,10 +299,16 @@ var (
 	ErrApprovalResumeMismatch = errors.New("agentsafe: approval is for another procedure or approval type")
 	// ErrNotPending: a decision on a record that is no longer pending.
 	ErrNotPending = errors.New("agentsafe: approval is not pending")
-	// ErrSelfApproval: the approver is the requester, in its delegation
-	// chain, or acts on behalf of either (or, under a quorum, has voted
-	// already, directly or through delegation).
+	// ErrSelfApproval: the approver shares a principal (its ID or an
+	// OnBehalfOf entry) with the requester, or, under a quorum, with an
+	// earlier voter ([ErrAlreadyVoted], which is an ErrSelfApproval too).
 	ErrSelfApproval = errors.New("agentsafe: approver may not decide their own request")
+	// ErrAlreadyVoted: under a quorum, the approver shares a principal
+	// with an earlier voter, so that party has voted already, directly or
+	// through another delegate: a person's vote counts once. errors.Is
+	// reports it as ErrSelfApproval too, so code that refuses that one
+	// refuses this one.
+	ErrAlreadyVoted error = alreadyVoted{}
 	// ErrApproverNotAllowed: the approver has no id, an id or chain that
 	// is not valid UTF-8, is in another tenant, or the store's approver
 	// policy refused.
@@ -314,8 +322,9 @@ var (
 // store's encoding can make two approvers one, or one approver two), and
 // must be in the requester's tenant (ErrApproverNotAllowed)
 // and, unless allowSelf, must not be the requester or anyone in the
-// requester's OnBehalfOf chain, nor act on behalf of any of them
-// (ErrSelfApproval).
+// requester's OnBehalfOf chain, nor act on behalf of any of them: no
+// principal in common with the requester ([SharedPrincipal];
+// ErrSelfApproval).
 func CheckApprover(requester, approver Actor, allowSelf bool) error {
 	if approver.ID == "" {
 		return fmt.Errorf("%w: the approver has no id", ErrApproverNotAllowed)
@@ -330,20 +339,29 @@ func CheckApprover(requester, approver Actor, allowSelf bool) error {
 	if allowSelf {
 		return nil
 	}
-	if approver.ID == requester.ID {
-		return fmt.Errorf("%w: %s requested it", ErrSelfApproval, approver.ID)
-	}
-	if slices.Contains(requester.OnBehalfOf, approver.ID) {
-		return fmt.Errorf("%w: the requester acts on behalf of %s", ErrSelfApproval, approver.ID)
-	}
-	// Nor through delegation: an approver acting for the requester, or for
-	// someone the requester acts for, is that party approving.
-	for _, id := range approver.OnBehalfOf {
-		if id == requester.ID || slices.Contains(requester.OnBehalfOf, id) {
-			return fmt.Errorf("%w: the approver acts on behalf of %s", ErrSelfApproval, id)
-		}
+	// The requester's principals and the approver's must be disjoint: an
+	// approver who is the requester, is in its chain, or acts for either
+	// is that party approving.
+	if p, ok := SharedPrincipal(requester, approver); ok {
+		return fmt.Errorf("%w: %s is a principal of the request and of the approver", ErrSelfApproval, p)
 	}
 	return nil
+}
+
+// SharedPrincipal returns a principal a and b have in common, and whether
+// they have one. An actor's principals are its ID and every entry of its
+// OnBehalfOf chain; two actors with disjoint principal sets are two
+// parties, two that share one are that party twice (two assistants that
+// both act for carol are carol once).
+func SharedPrincipal(a, b Actor) (string, bool) {
+	held := func(p string) bool { return p == b.ID || slices.Contains(b.OnBehalfOf, p) }
+	if held(a.ID) {
+		return a.ID, true
+	}
+	if i := slices.IndexFunc(a.OnBehalfOf, held); i >= 0 {
+		return a.OnBehalfOf[i], true
+	}
+	return "", false
 }
 
 // SameActor reports whether a and b are the same whole actor: ID, Tenant,
@@ -352,6 +370,13 @@ func CheckApprover(requester, approver Actor, allowSelf bool) error {
 func SameActor(a, b Actor) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Kind == b.Kind && slices.Equal(a.OnBehalfOf, b.OnBehalfOf)
 }
+
+// alreadyVoted is ErrAlreadyVoted: its own error, that unwraps to
+// ErrSelfApproval.
+type alreadyVoted struct{}
+
+func (alreadyVoted) Error() string { return "agentsafe: this party has voted already" }
+func (alreadyVoted) Unwrap() error { return ErrSelfApproval }
 
 // ErrConsumedByCaller is what [CheckConsume] returns for a Consume repeated
 // by the execution that consumed the record: Consume is idempotent per
@@ -452,18 +477,22 @@ func CheckOutcome(o Outcome) error {
 
 // CheckVoter is the rule for a further vote on a record under a quorum:
 // the approver passes [CheckApprover] against the requester, and is
-// distinct from every earlier voter: not the same ID, and neither's ID in
-// the other's OnBehalfOf chain (ErrSelfApproval: one party voting twice).
-// A repeat of the approver's own earlier vote is for the store to treat as
-// a no-op before calling it.
+// distinct from every earlier voter: their principal sets (ID and
+// OnBehalfOf chain, [SharedPrincipal]) are disjoint. A voter who shares a
+// principal with an earlier one is that party voting again, directly or
+// through another delegate, and is refused ([ErrAlreadyVoted], an
+// ErrSelfApproval), whichever verdict it brings: the approver learns that
+// the vote did not count, where a silent no-op would read as counted, and
+// one party never both approves and rejects. A repeat of the approver's
+// own earlier vote is for the store to treat as a no-op before calling it
+// ([CheckVote]).
 func CheckVoter(rec ApprovalRecord, approver Actor, allowSelf bool) error {
 	if err := CheckApprover(rec.Requester, approver, allowSelf); err != nil {
 		return err
 	}
 	for _, v := range rec.Votes {
-		p := v.Approver
-		if p.ID == approver.ID || slices.Contains(p.OnBehalfOf, approver.ID) || slices.Contains(approver.OnBehalfOf, p.ID) {
-			return fmt.Errorf("%w: %s already voted, directly or through delegation", ErrSelfApproval, p.ID)
+		if p, ok := SharedPrincipal(v.Approver, approver); ok {
+			return fmt.Errorf("%w: %s voted as %s", ErrAlreadyVoted, p, v.Approver.ID)
 		}
 	}
 	return nil

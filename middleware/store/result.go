@@ -43,13 +43,24 @@ import (
 //     IDEMPOTENCY_UNAVAILABLE, and nothing runs.
 //   - Stores keep [Result] as given: its Envelope and Sealed bytes are the
 //     engine's, opaque to the store.
+//   - Every record belongs to an owner ([ResultKey].Owner: the audience and
+//     the whole actor the engine derived the key for), and what one owner
+//     keeps is bounded by the quota its claims carry ([ResultQuota]): a
+//     claim that would make a new record for an owner at its quota is
+//     refused ([ClaimQuotaExceeded]), so one caller can never fill a store
+//     that others share. A store may keep an owner's records together (the
+//     Redis store gives them one hash tag), which is why every method names
+//     the owner as well as the key.
 type ResultStore interface {
 	// Claim is the first step of every call with a key, checking in one
 	// atomic step, as of the store's clock:
 	//   - no record for req.Key, or one that is gone (a done or in-doubt
-	//     record past its retention, a read's claim past its lease): a new
-	//     record, in flight, held by req.ExecutionID until now + req.Lease;
-	//     [ClaimAcquired];
+	//     record past its retention, a read's claim past its lease): when
+	//     req.Owner is at req.Quota ([ResultQuota]), [ClaimQuotaExceeded],
+	//     and nothing changes; else a new record of req.Owner, in flight,
+	//     held by req.ExecutionID until now + req.Lease; [ClaimAcquired]. The
+	//     quota is checked and the record counted in the same atomic step,
+	//     so that claims racing for one owner never pass its quota;
 	//   - a record with another digest, in any state: [ClaimKeyReused],
 	//     nothing changes (checked before the states below);
 	//   - in flight, held by req.ExecutionID: [ClaimAcquired] again (or
@@ -64,19 +75,24 @@ type ResultStore interface {
 	//     with that ExecutionID; without it, [ClaimInDoubt] with the
 	//     ExecutionID that held it, nothing changes;
 	//   - done: [ClaimDone] with the stored Result.
+	//
+	// Only a new record is held to the quota: a repeat of a key whose
+	// record is live is answered as above whatever its owner keeps.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 	// Complete stores how the execution holding key ended, and makes the
 	// record done; its retention starts now. The record must be held by
 	// executionID: in flight (a read's claim only until its lease ends) or
 	// in doubt (a late result: an abandoned attempt that returned after
 	// its execution finalized). A done record held by executionID is left
-	// as it is (nil); anything else is [ErrNotHeld].
-	Complete(ctx context.Context, key, executionID string, r Result) error
+	// as it is (nil); anything else is [ErrNotHeld]. The result's
+	// [Result.Size] counts against its owner's byte quota from now until
+	// the record is gone.
+	Complete(ctx context.Context, key ResultKey, executionID string, r Result) error
 	// Release gives the key back when its holder knows nothing ran: a
 	// record held by executionID that is not done is removed, so that the
 	// next Claim acquires it. For any other record (absent, held by
 	// another execution, done) it is a no-op that returns nil.
-	Release(ctx context.Context, key, executionID string) error
+	Release(ctx context.Context, key ResultKey, executionID string) error
 	// MarkInDoubt records that the execution holding key may have had an
 	// effect and has no result to store: a record held by executionID in
 	// flight (its lease over or not) turns in doubt, and its retention
@@ -87,21 +103,61 @@ type ResultStore interface {
 	// MarkInDoubt is [ErrNotHeld]. A record held by executionID that is
 	// in doubt already, or done, is left as it is (nil); anything else is
 	// [ErrNotHeld].
-	MarkInDoubt(ctx context.Context, key, executionID string) error
+	MarkInDoubt(ctx context.Context, key ResultKey, executionID string) error
 	// Get returns the record of key as of the store's clock (a write-like
 	// claim past its lease reads as [ResultInDoubt]), or
 	// [ErrResultNotFound] when there is none or it is gone. It changes
 	// nothing; it is for operators and tests, never on a call's path.
-	Get(ctx context.Context, key string) (ResultRecord, error)
+	Get(ctx context.Context, key ResultKey) (ResultRecord, error)
+}
+
+// ResultKey names a key's record: the key, and the owner whose quota the
+// record counts against.
+type ResultKey struct {
+	// Owner is whose record it is: "own_" and 32 hex digits, derived by
+	// the engine from the audience and the whole actor of the call, so
+	// that every record of one caller has one owner.
+	Owner string
+	// Key is the record's key: "idk_" and 32 hex digits, derived by the
+	// engine from the caller's key (or the dedup window's inputs) and who
+	// is calling what, so that it is never shared across actors or
+	// procedures ([ValidResultKey]). Keys are unique across owners.
+	Key string
+}
+
+// Valid reports whether k has the form the engine gives: a valid Key and
+// an Owner of "own_" and 32 lowercase hex digits. Stores refuse other
+// keys (they could hold a Redis hash tag's braces, say).
+func (k ResultKey) Valid() bool { return ValidResultKey(k.Key) && ids.Valid("own_", k.Owner) }
+
+// ResultQuota bounds what one owner's records keep. A zero field means
+// no bound of that kind.
+type ResultQuota struct {
+	// Records bounds the owner's live records: in flight, done or in
+	// doubt, until they are gone. It is counted at the claim.
+	Records int
+	// Bytes bounds the sum of [Result.Size] over the owner's live done
+	// records. It is counted when a result is stored, so an owner may
+	// overshoot it by one result; the claims after that are refused until
+	// enough of its results are gone.
+	Bytes int64
+}
+
+// Exceeded reports whether an owner that keeps records live records and
+// bytes bytes of stored results is at q, so that a new record of the owner
+// is refused ([ClaimQuotaExceeded]). A store that counts in a script or a
+// statement applies the same comparison there.
+func (q ResultQuota) Exceeded(records int, bytes int64) bool {
+	return (q.Records > 0 && records >= q.Records) || (q.Bytes > 0 && bytes >= q.Bytes)
 }
 
 // ClaimRequest is what the engine claims a key with.
 type ClaimRequest struct {
-	// Key is the record's key: "idk_" and 32 hex digits, derived by the
-	// engine from the caller's key (or the dedup window's inputs) and who
-	// is calling what, so that it is never shared across actors or
-	// procedures ([ValidResultKey]).
-	Key string
+	// ResultKey is the record's key and owner.
+	ResultKey
+	// Quota bounds what the owner keeps: a claim that would make a new
+	// record of an owner at its quota is [ClaimQuotaExceeded].
+	Quota ResultQuota
 	// Digest is the input digest of the call: a repeat with another digest
 	// is [ClaimKeyReused].
 	Digest      string
@@ -139,9 +195,12 @@ const (
 	// ClaimInDoubt: the key's execution (Claim.ExecutionID) may have had
 	// an effect, and left no result.
 	ClaimInDoubt
+	// ClaimQuotaExceeded: the key has no live record, and its owner is at
+	// the claim's quota: nothing changed, and nothing may run.
+	ClaimQuotaExceeded
 )
 
-var claimStatusNames = [...]string{"", "acquired", "reconcile", "in_flight", "key_reused", "done", "in_doubt"}
+var claimStatusNames = [...]string{"", "acquired", "reconcile", "in_flight", "key_reused", "done", "in_doubt", "quota_exceeded"}
 
 func (s ClaimStatus) String() string {
 	if int(s) < len(claimStatusNames) && s > 0 {
@@ -182,6 +241,12 @@ type Result struct {
 	Late bool
 }
 
+// Size is what r counts against its owner's byte quota: the bytes of its
+// fields, whatever a store's own overhead.
+func (r Result) Size() int64 {
+	return int64(len(r.ExecutionID) + len(r.Code) + len(r.Envelope) + len(r.Sealed) + len(r.KeyID))
+}
+
 // ResultState is where a key's record is in its life.
 type ResultState uint8
 
@@ -213,7 +278,7 @@ func ParseResultState(s string) (ResultState, bool) {
 
 // ResultRecord is a key's record as a store keeps it.
 type ResultRecord struct {
-	Key    string
+	ResultKey
 	Digest string
 	State  ResultState
 	// ExecutionID is the execution holding the key, or that held it last.

@@ -1,12 +1,12 @@
 -- doubt: the execution holding the key may have had an effect and has no
 -- result to store.
--- KEYS[1] the record. ARGV[2] execution id.
+-- KEYS as in the prelude. ARGV[3] execution id.
 -- Replies {'ok'}, also when the holder's record is in doubt already or
 -- done, or {'not_held'}.
 local r = read('state', 'expires_at', 'lease_until', 'exec', 'retention', 'reconcile_of')
 local now = now_us()
 local s = state(r, now)
-if not s or r.exec ~= ARGV[2] then
+if not s or r.exec ~= ARGV[3] then
   return {'not_held'}
 end
 if r.state == 'in_flight' then -- its lease over or not
@@ -19,5 +19,6 @@ if r.state == 'in_flight' then -- its lease over or not
   end
   redis.call('HSET', KEYS[1], 'state', 'in_doubt', 'exec', exec, 'reconcile_of', '', 'done_at', int(now), 'expires_at', int(expires))
   expire(expires, now)
+  index(expires, false, now)
 end
 return {'ok'}

@@ -1,5 +1,5 @@
 -- get: the record as of Redis TIME.
--- KEYS[1] the record.
+-- KEYS as in the prelude (only KEYS[1] is read).
 -- Replies {state as of now ('' when gone), the values of the fields
 -- recordFields (redis.go) names, in that order}.
 local r = read('state', 'expires_at', 'lease_until')

@@ -447,8 +447,9 @@ type Approval struct {
 	// The lifetime of a pending or approved record, counted from the request.
 	// Default: 15m. Unset or zero means the default; negative is invalid.
 	ExpiresIn *durationpb.Duration `protobuf:"bytes,3,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
-	// How many distinct approvers must approve (none the requester or in its
-	// delegation chain, none in another's chain); one rejection rejects.
+	// How many distinct approvers must approve: no two sharing a principal (ID
+	// or OnBehalfOf entry), so two delegates of one person count once, and none
+	// sharing one with the requester; one rejection rejects.
 	// Default: 1. Bound into the approval record, like type.
 	Quorum        int32 `protobuf:"varint,4,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	unknownFields protoimpl.UnknownFields
