@@ -47,7 +47,7 @@ func OnCheckpoint(f func(auditlog.Checkpoint)) AuditOption {
 			return
 		}
 		c.chain.OnCheckpoint = func(cp auditchain.Checkpoint) {
-			f(auditlog.Checkpoint{Chain: cp.Chain, Seq: cp.Seq, Hash: cp.Hash.String(), Time: cp.Time, Signature: cp.Signature})
+			f(auditlog.Checkpoint{Chain: cp.Chain, Seq: cp.Seq, Hash: cp.Hash.String(), Time: cp.Time, Signature: cp.Signature, Final: cp.Final})
 		}
 	})
 }
@@ -152,7 +152,7 @@ func (c *chainWriter) settle(ctx context.Context) error {
 func checkpoints(sealed []auditchain.Sealed) []auditchain.Sealed {
 	var out []auditchain.Sealed
 	for _, s := range sealed {
-		if s.Record.String(auditchain.Type) == auditchain.CheckpointType {
+		if s.Record.IsCheckpoint() {
 			out = append(out, s)
 		}
 	}
@@ -194,8 +194,8 @@ func (c *chainWriter) checkpointLater(gen uint64) {
 	c.handoff(cps)
 }
 
-// close writes a last checkpoint, when rows were written after the
-// previous one, and stops the chain.
+// close writes the chain's last checkpoint (a record after it is found
+// inserted), when it has rows, and stops the chain.
 func (c *chainWriter) close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -204,8 +204,8 @@ func (c *chainWriter) close(ctx context.Context) error {
 	}
 	var cps []auditchain.Sealed
 	var err error
-	if _, at := c.w.Due(time.Now()); !at.IsZero() || c.unsure {
-		cps, err = c.writeLocked(ctx, nil, []auditchain.Record{auditchain.CheckpointRecord(time.Now())})
+	if seq, _ := c.w.Head(); seq > 0 || c.unsure {
+		cps, err = c.writeLocked(ctx, nil, []auditchain.Record{auditchain.CloseRecord(time.Now())})
 	}
 	c.closed = true
 	c.timer.Stop()

@@ -21,8 +21,11 @@ type Checkpoint struct {
 	Hash      string    `json:"hash"` // lowercase hex
 	Time      time.Time `json:"time"`
 	Signature []byte    `json:"signature,omitempty"`
+	// Final: the chain's last checkpoint, written when its sink closed; a
+	// record after it was inserted.
+	Final bool `json:"final,omitempty"`
 }
 
 func checkpointOf(c auditchain.Checkpoint) Checkpoint {
-	return Checkpoint{Chain: c.Chain, Seq: c.Seq, Hash: c.Hash.String(), Time: c.Time, Signature: c.Signature}
+	return Checkpoint{Chain: c.Chain, Seq: c.Seq, Hash: c.Hash.String(), Time: c.Time, Signature: c.Signature, Final: c.Final}
 }

@@ -5,7 +5,7 @@
 //
 //	trail, err := os.OpenFile("audit.jsonl", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 //	sink, err := auditlog.New(trail, auditlog.WithSigner(key), auditlog.OnCheckpoint(keep))
-//	defer sink.Close() // a last checkpoint, so the whole chain is attested
+//	defer sink.Close() // the chain's last checkpoint: the whole chain attested, and closed
 //	eng, err := middleware.New(reg, middleware.WithAuditSink(sink))
 //
 // # Lines
@@ -32,7 +32,9 @@
 // ("type":"audit.checkpoint" with chain, chain_seq, prev, time), whose
 // hash covers the whole chain before it. With [WithSigner] it carries an
 // Ed25519 "signature" over its chain, chain_seq, hash and time (see
-// [Checkpoint]); [OnCheckpoint] hands each one to the application.
+// [Checkpoint]); [OnCheckpoint] hands each one to the application. Close
+// writes the chain's last checkpoint ("type":"audit.close"): a record
+// found after it was added later.
 //
 // # What it proves
 //

@@ -51,6 +51,6 @@ func Example() {
 	// 2 capability.started
 	// 3 audit.checkpoint
 	// 4 capability.completed
-	// 5 audit.checkpoint
+	// 5 audit.close
 	// 2 checkpoints kept elsewhere
 }

@@ -25,7 +25,7 @@ import (
 // chain_seq, prev and hash. After every 1,000 records, and 10 seconds
 // after the first record no checkpoint covers yet, the sink writes a
 // checkpoint record (see [WithCheckpoints], [WithSigner],
-// [OnCheckpoint]); Close writes a last one.
+// [OnCheckpoint]); Close writes a last one, which closes the chain.
 //
 // A Sink is safe for concurrent use; its writes are serialized, one Write
 // call per record (or per batch). It never closes the writer.
@@ -117,23 +117,23 @@ func (s *Sink) HandleEvent(ctx context.Context, e middleware.Event) {
 // Failed counts the events HandleEvent could not write.
 func (s *Sink) Failed() uint64 { return s.failed.Load() }
 
-// Close writes a last checkpoint, when records were written after the
-// previous one, so that the whole chain is attested, and stops the sink:
-// a later write fails with [ErrClosed]. It does not close the writer.
-// Closing a closed sink is a no-op.
+// Close writes the chain's last checkpoint ("type":"audit.close"), so
+// that the whole chain is attested and a record added after it is found
+// inserted, and stops the sink: a later write fails with [ErrClosed]. It
+// does not close the writer. Closing a closed sink is a no-op.
 func (s *Sink) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil
 	}
-	if _, at := s.chain.Due(time.Now()); at.IsZero() {
+	if seq, _ := s.chain.Head(); seq == 0 {
 		s.closed = true
 		s.timer.Stop()
 		s.mu.Unlock()
 		return nil
 	}
-	return s.write(nil, []auditchain.Record{auditchain.CheckpointRecord(time.Now())}, true)
+	return s.write(nil, []auditchain.Record{auditchain.CloseRecord(time.Now())}, true)
 }
 
 // write seals the records of events and extra (a checkpoint), writes
@@ -145,7 +145,7 @@ func (s *Sink) write(events []middleware.Event, extra []auditchain.Record, closi
 	err := s.writeLocked(events, extra)
 	var cps []auditchain.Sealed
 	for _, r := range s.sealed[:s.committed] {
-		if r.Record.String(auditchain.Type) == auditchain.CheckpointType {
+		if r.Record.IsCheckpoint() {
 			cps = append(cps, r)
 		}
 	}
@@ -212,7 +212,7 @@ func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record)
 	// The events whose lines were written whole are in the chain.
 	stored := 0
 	for _, sl := range s.sealed[:s.committed] {
-		if sl.Record.String(auditchain.Type) != auditchain.CheckpointType {
+		if !sl.Record.IsCheckpoint() {
 			stored++
 		}
 	}

@@ -73,7 +73,7 @@ func TestTheTrailOfAnEngineVerifies(t *testing.T) {
 	sink, err := auditlog.New(f, auditlog.WithSigner(key), auditlog.WithCheckpoints(10, 0),
 		auditlog.OnCheckpoint(func(c auditlog.Checkpoint) {
 			h, _ := auditchain.ParseHash(c.Hash)
-			kept = append(kept, auditchain.Checkpoint{Chain: c.Chain, Seq: c.Seq, Hash: h, Time: c.Time, Signature: c.Signature})
+			kept = append(kept, auditchain.Checkpoint{Chain: c.Chain, Seq: c.Seq, Hash: h, Time: c.Time, Signature: c.Signature, Final: c.Final})
 		}))
 	if err != nil {
 		t.Fatal(err)
@@ -104,8 +104,8 @@ func TestTheTrailOfAnEngineVerifies(t *testing.T) {
 		t.Fatalf("the trail does not verify: %+v", rep)
 	}
 	c := rep.Chains[0]
-	// 120 events, a checkpoint after every 10, none more at Close.
-	if c.Chain != sink.Chain() || c.Records != 132 || c.Checkpoints != 12 || c.Attested != 132 || c.AttestedBy != "signed and kept" || len(kept) != 12 {
+	// 120 events, a checkpoint after every 10, and the last at Close.
+	if c.Chain != sink.Chain() || c.Records != 133 || c.Checkpoints != 13 || c.Attested != 133 || c.AttestedBy != "signed and kept" || len(kept) != 13 || !kept[12].Final {
 		t.Errorf("chain %+v, %d kept", c, len(kept))
 	}
 }
@@ -203,7 +203,7 @@ func TestACheckpointIsWrittenIntervalAfterTheFirstRecordItCovers(t *testing.T) {
 		if err := sink.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if lines := buf.lines(); len(lines) != 5 || !strings.Contains(lines[4], `"type":"audit.checkpoint"`) || len(got()) != 2 {
+		if lines := buf.lines(); len(lines) != 5 || !strings.Contains(lines[4], `"type":"audit.close"`) || len(got()) != 2 || !got()[1].Final {
 			t.Fatalf("Close did not write the last checkpoint: %q", lines)
 		}
 		if err := sink.Record(ctx, event(4)); !errors.Is(err, auditlog.ErrClosed) {

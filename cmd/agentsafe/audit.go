@@ -164,6 +164,8 @@ type keptCheckpoint struct {
 	Hash      string `json:"hash"`
 	Time      string `json:"time"`
 	Signature []byte `json:"signature"`
+	Final     bool   `json:"final"`
+	Type      string `json:"type"` // a checkpoint record's line: audit.close is final
 }
 
 // readCheckpoints reads a JSON Lines file of kept checkpoints.
@@ -191,7 +193,8 @@ func readCheckpoints(path string) ([]auditchain.Checkpoint, error) {
 		if k.Chain == "" || k.Seq == 0 || !ok || terr != nil {
 			return nil, fmt.Errorf("--checkpoint %s: line %d: a checkpoint needs chain, chain_seq, hash (hex) and time (RFC 3339)", path, n)
 		}
-		out = append(out, auditchain.Checkpoint{Chain: k.Chain, Seq: k.Seq, Hash: h, Time: t, Signature: k.Signature})
+		out = append(out, auditchain.Checkpoint{Chain: k.Chain, Seq: k.Seq, Hash: h, Time: t, Signature: k.Signature,
+			Final: k.Final || k.Type == auditchain.CloseType})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("--checkpoint %s: %w", path, err)

@@ -191,6 +191,21 @@ func TestAnInsertedRowIsNamed(t *testing.T) {
 			t.Fatalf("exit %d; want 1 and %q:\n%s", code, want, out)
 		}
 	})
+	t.Run("a forged row after the chain was closed, its hash computed", func(t *testing.T) {
+		tr := writePGTrail(t, 1, 2, true)
+		chain := tr.chains[0]
+		var seq int64
+		if err := tr.pool.QueryRow(t.Context(), `INSERT INTO agentsafe.audit_events (type, at, execution_id, procedure, approver_id, chain, chain_seq, prev, hash)
+			SELECT 'capability.approved', at, 'exe_1', '/orders.v1.OrderService/RefundOrder', 'mallory', chain, chain_seq + 1, hash, hash
+			FROM agentsafe.audit_events WHERE chain = $1 AND type = 'audit.close' RETURNING seq`, chain).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		tr.rehashFrom(t, chain, 18, nil) // what whoever writes the table can compute
+		code, out := tr.verify(t, "--pubkey", tr.pubkey)
+		if want := fmt.Sprintf("chain_seq 18 (row %d)", seq); code != exitTampered || !named(out, chain, "inserted", want) || findings(out) != 1 {
+			t.Fatalf("exit %d; want 1 and inserted %s alone:\n%s", code, want, out)
+		}
+	})
 	t.Run("a forged copy of a row, its chain place taken", func(t *testing.T) {
 		tr := writePGTrail(t, 1, 2, true)
 		chain := tr.chains[0]

@@ -428,6 +428,22 @@ func TestAnInsertedRecordIsNamed(t *testing.T) {
 			t.Fatalf("exit %d; want 1 and inserted %s:\n%s", code, want, out)
 		}
 	})
+	t.Run("a forged record after the chain was closed, its hash computed", func(t *testing.T) {
+		lines := slices.Clone(orig)
+		last := find(t, lines, chain, 26) // the chain's last checkpoint, at Close
+		m := decode(t, lines[find(t, lines, chain, 16)])
+		m["chain_seq"], m["actor_id"] = json.Number("27"), "mallory"
+		lines = append(lines, encode(t, m))
+		rehash(t, lines, chain, len(lines)-1, nil)
+		tr.write(t, lines)
+		if !strings.Contains(lines[last], `"type":"audit.close"`) {
+			t.Fatalf("chain_seq 26 is not the chain's last checkpoint: %s", lines[last])
+		}
+		code, out := tr.verify(t, "--pubkey", tr.pubkey)
+		if want := fmt.Sprintf("chain_seq 27 (line %d)", len(lines)); code != exitTampered || !named(out, chain, "inserted", want) || findings(out) != 1 {
+			t.Fatalf("exit %d; want 1 and inserted %s alone:\n%s", code, want, out)
+		}
+	})
 	t.Run("a record without a chain", func(t *testing.T) {
 		lines := slices.Clone(orig)
 		lines = slices.Insert(lines, 7, `{"type":"capability.approved","execution_id":"exe_1","approver_id":"mallory"}`)

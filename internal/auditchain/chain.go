@@ -178,7 +178,7 @@ func (w *Writer) Seal(out []Sealed, recs []Record, lines bool, now time.Time) []
 	}
 	for i := range recs {
 		add(recs[i])
-		if recs[i].String(Type) == CheckpointType {
+		if recs[i].IsCheckpoint() {
 			since = 0
 		} else if since++; since >= w.cfg.Every {
 			add(CheckpointRecord(now))
@@ -202,7 +202,7 @@ func (w *Writer) seal(s *Sealed, seq uint64, prev Hash, lines bool) {
 	var enc encoded
 	w.scratch, enc = r.appendCanonical(w.scratch)
 	s.Hash = sha256.Sum256(w.scratch)
-	if s.Record.String(Type) == CheckpointType && w.cfg.Signer != nil {
+	if s.Record.IsCheckpoint() && w.cfg.Signer != nil {
 		s.Signature = ed25519.Sign(w.cfg.Signer, CheckpointMessage(w.id, seq, s.Hash, r.TimeValue()))
 	}
 	if lines {
@@ -274,7 +274,7 @@ func (w *Writer) Commit(sealed []Sealed, now time.Time) {
 	for i := range sealed {
 		s := &sealed[i]
 		w.seq, w.head = uint64(s.Record.Int(ChainSeq)), s.Hash
-		if s.Record.String(Type) == CheckpointType {
+		if s.Record.IsCheckpoint() {
 			w.since = 0
 			continue
 		}
@@ -303,20 +303,31 @@ func CheckpointRecord(now time.Time) Record {
 	return r
 }
 
+// CloseRecord is the last checkpoint of a chain, to seal at now: its sink
+// closes, and a record after it was inserted.
+func CloseRecord(now time.Time) Record {
+	var r Record
+	r.SetString(Type, CloseType)
+	r.SetTime(now)
+	return r
+}
+
 // Checkpoint is what a checkpoint record attests: the chain, its
 // chain_seq and hash, its time, and its signature (nil when unsigned).
+// Final: it is the chain's last record (its sink closed).
 type Checkpoint struct {
 	Chain     string
 	Seq       uint64
 	Hash      Hash
 	Time      time.Time
 	Signature []byte
+	Final     bool
 }
 
 // CheckpointOf is the checkpoint a sealed checkpoint record carries.
 func CheckpointOf(s *Sealed) Checkpoint {
 	return Checkpoint{Chain: s.Record.String(Chain), Seq: uint64(s.Record.Int(ChainSeq)), Hash: s.Hash,
-		Time: s.Record.TimeValue(), Signature: s.Signature}
+		Time: s.Record.TimeValue(), Signature: s.Signature, Final: s.Record.String(Type) == CloseType}
 }
 
 // Handoff gives each committed checkpoint record among sealed to the
@@ -326,7 +337,7 @@ func (w *Writer) Handoff(sealed []Sealed) {
 		return
 	}
 	for i := range sealed {
-		if sealed[i].Record.String(Type) == CheckpointType {
+		if sealed[i].Record.IsCheckpoint() {
 			w.cfg.OnCheckpoint(CheckpointOf(&sealed[i]))
 		}
 	}

@@ -27,6 +27,9 @@
 //
 //	"agentsafe/audit/checkpoint/v1" ‖ chain ‖ chain_seq (8 bytes, big-endian) ‖ hash (32 bytes) ‖ time (RFC 3339, UTC, six fractional digits)
 //
+// A sink's Close writes the chain's last checkpoint, of type "audit.close":
+// a record after it was inserted.
+//
 // A checkpoint is valid when its signature verifies under a key the
 // verifier is given, or when it equals one kept elsewhere. Records after
 // the last valid checkpoint are unattested: against someone who can write

@@ -26,8 +26,9 @@ type Entry struct {
 	// Stored is the hash the record carries; Computed the one its content
 	// gives after Prev.
 	Stored, Computed Hash
-	// Checkpoint records: the time as stored and the signature.
-	Checkpoint bool
+	// Checkpoint records: the time as stored and the signature; Final
+	// for the last (the chain was closed).
+	Checkpoint, Final bool
 	Time       time.Time
 	Signature  []byte
 	// Problem, when not empty, says why the record's chain place could not
@@ -130,8 +131,13 @@ func (p *lineParser) parse(line []byte, pos int64) (Entry, error) {
 	} else if s, _ := get(hashM); !parseHashInto(&e.Stored, s) {
 		problems = append(problems, "hash is not a hash")
 	}
-	if typeM != nil && string(canonical[typeM.val0:typeM.val1]) == `"`+CheckpointType+`"` {
-		e.Checkpoint = true
+	if typeM != nil {
+		switch string(canonical[typeM.val0:typeM.val1]) {
+		case `"` + CheckpointType + `"`:
+			e.Checkpoint = true
+		case `"` + CloseType + `"`:
+			e.Checkpoint, e.Final = true, true
+		}
 	}
 	if e.Checkpoint {
 		if timeM == nil {
@@ -446,8 +452,8 @@ func (p *lineParser) parseGeneric(e Entry, canonical []byte) (Entry, error) {
 	if s, _ := str(hashName); !parseHashInto(&e.Stored, s) {
 		problems = append(problems, "hash is not a hash")
 	}
-	if s, _ := str("type"); s == CheckpointType {
-		e.Checkpoint = true
+	if s, _ := str("type"); IsCheckpoint(s) {
+		e.Checkpoint, e.Final = true, s == CloseType
 		if s, _ := str("time"); !parseStoredTime(&e.Time, s) {
 			problems = append(problems, "checkpoint time is not "+TimeLayout)
 		}

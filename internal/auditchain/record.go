@@ -107,8 +107,18 @@ const (
 	signatureName = "signature"
 )
 
-// CheckpointType is the type of a checkpoint record.
-const CheckpointType = "audit.checkpoint"
+// The types of checkpoint records: CloseType is the last checkpoint of a
+// chain, written when its sink closes; no record may follow it.
+const (
+	CheckpointType = "audit.checkpoint"
+	CloseType      = "audit.close"
+)
+
+// IsCheckpoint reports whether a record of type typ is a checkpoint.
+func IsCheckpoint(typ string) bool { return typ == CheckpointType || typ == CloseType }
+
+// IsCheckpoint reports whether r is a checkpoint record.
+func (r *Record) IsCheckpoint() bool { return IsCheckpoint(r.strs[Type]) }
 
 // TimeLayout is how a record's time is written: RFC 3339 in UTC with
 // exactly six fractional digits, PostgreSQL's precision.

@@ -27,6 +27,7 @@ const (
 	// Reordered: chain_seq From is stored after chain_seq From+1, against
 	// the insertion order.
 	Reordered
+	// Inserted also names a record after the chain's last checkpoint.
 	// Cut: the chain ends at From, while a kept checkpoint attests To.
 	Cut
 	// BadSignature: the checkpoint at To does not verify under any key
@@ -276,8 +277,9 @@ type analyzer struct {
 	prev   accepted
 	have   bool // prev holds a record
 	expect uint64
-	// gapEnd is set while the chain_seq being placed follows a gap.
-	afterGap bool
+	// closedAt is the chain_seq of the chain's last checkpoint, once
+	// seen (stored, or kept): a record after it was inserted.
+	closedAt uint64
 }
 
 func (a *analyzer) add(e Entry) {
@@ -308,6 +310,15 @@ func (a *analyzer) flush(next *Entry) {
 	a.group = a.group[:0]
 	s := group[0].Seq
 	rep := a.rep
+	if a.closedAt > 0 && s > a.closedAt {
+		for i := range group {
+			c := &group[i]
+			rep.note(Finding{Kind: Inserted, Chain: rep.Chain, From: s, To: s, Pos: c.Pos,
+				Detail: fmt.Sprintf("a record after the chain was closed at chain_seq %d", a.closedAt)})
+			a.v.strays = append(a.v.strays, stray{chain: rep.Chain, seq: s, pos: c.Pos, prev: c.Prev, stored: c.Stored, kind: Inserted})
+		}
+		return
+	}
 	linked := s == 1 || a.have && a.prev.seq == s-1
 	// The record the chain_seq belongs to: the one that fits best.
 	best, bestScore := 0, -1
@@ -371,6 +382,9 @@ func (a *analyzer) flush(next *Entry) {
 	}
 	if c.Checkpoint {
 		a.checkpoint(c)
+		if c.Final && c.ContentOK() {
+			a.closedAt = s
+		}
 	}
 	a.compareKept(c)
 	a.prev = accepted{seq: s, stored: c.Stored, computed: c.Computed, contentOK: c.ContentOK(), pos: c.Pos}
@@ -452,6 +466,9 @@ func (a *analyzer) compareKept(c *Entry) {
 				Detail: fmt.Sprintf("the kept checkpoint at chain_seq %d: its signature does not verify under the key(s) given", s)})
 		}
 		a.attest(s, "kept")
+		if k.Final {
+			a.closedAt = s
+		}
 	}
 }
 

@@ -145,8 +145,8 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 		} else {
 			problems = append(problems, "hash is not a hash")
 		}
-		if r.String(auditchain.Type) == auditchain.CheckpointType {
-			e.Checkpoint, e.Time = true, r.TimeValue()
+		if r.IsCheckpoint() {
+			e.Checkpoint, e.Final, e.Time = true, r.String(auditchain.Type) == auditchain.CloseType, r.TimeValue()
 			if signature != nil {
 				e.Signature = append([]byte(nil), signature...)
 			}
