@@ -29,8 +29,8 @@ type Entry struct {
 	// Checkpoint records: the time as stored and the signature; Final
 	// for the last (the chain was closed).
 	Checkpoint, Final bool
-	Time       time.Time
-	Signature  []byte
+	Time              time.Time
+	Signature         []byte
 	// Problem, when not empty, says why the record's chain place could not
 	// be read (a field missing or malformed): the record counts as
 	// modified.
