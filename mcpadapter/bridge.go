@@ -33,6 +33,8 @@ type Bridge struct {
 		protoregistry.MessageTypeResolver
 	}
 	tools []*tool
+	// origins are the trusted origins of WithTrustedOrigins, canonical.
+	origins map[string]bool
 }
 
 // tool is one governed procedure, listed as an MCP tool.
@@ -68,7 +70,8 @@ type tool struct {
 // Every problem fails New, all at once, each naming its procedure: an
 // unknown service, a tool name MCP does not allow (see the package
 // documentation for how names are made), two procedures under one tool
-// name, a request field that collides with the "_approval_id" argument.
+// name, a request field that collides with the "_approval_id" argument, a
+// trusted origin ([WithTrustedOrigins]) that is not an origin.
 func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Option) (*Bridge, error) {
 	if eng == nil || h == nil {
 		return nil, errors.New("mcpadapter: New needs an engine and a handler")
@@ -91,6 +94,15 @@ func New(eng *middleware.Engine, h http.Handler, services []string, opts ...Opti
 	}
 	httpClient := &http.Client{Transport: inProcess{h}}
 	var problems []error
+	b.origins = map[string]bool{}
+	for _, o := range b.cfg.trustedOrigins {
+		canonical, ok := parseOrigin(o)
+		if !ok {
+			problems = append(problems, fmt.Errorf("mcpadapter: WithTrustedOrigins: %q is not an origin (scheme://host[:port], no path)", o))
+			continue
+		}
+		b.origins[canonical] = true
+	}
 	byName := map[string]*tool{}
 	for _, name := range services {
 		sd, err := b.service(name)
@@ -225,24 +237,4 @@ func (b *Bridge) NewServer(impl *mcp.Implementation, opts *mcp.ServerOptions) *m
 	s := mcp.NewServer(impl, opts)
 	b.AddTools(s)
 	return s
-}
-
-// Handler returns an HTTP handler that serves the bridge's tools over
-// MCP's streamable HTTP transport, from one server made by
-// [Bridge.NewServer] with its defaults; opts may be nil. Put the
-// application's HTTP authentication in front of it: the default of
-// [WithHeaders] forwards the Authorization header of each MCP request to
-// the procedures.
-//
-// The handler always sets PropagateRequestCancellation: a client that
-// abandons a request (2026-07-28 and later) cancels the tool call, so a call
-// waiting for an approval's decision ends with nothing run or consumed.
-func (b *Bridge) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
-	s := b.NewServer(nil, nil)
-	o := mcp.StreamableHTTPOptions{}
-	if opts != nil {
-		o = *opts
-	}
-	o.PropagateRequestCancellation = true
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &o)
 }

@@ -98,8 +98,11 @@ func (t *tool) invoke(ctx context.Context, req *mcp.CallToolRequest, args json.R
 		defer stop()
 	}
 	// The call comes in on the MCP surface: the bridge says so through the
-	// request's context, which only code in this process can set.
-	res, err := t.client.CallUnary(adapter.WithSurface(ctx, middleware.SurfaceMCP), creq)
+	// request's context, which only code in this process can set. The
+	// client side of the call does not give up when ctx ends: the handler
+	// sees ctx's cancellation and the engine answers it, so a call the
+	// client cancels is answered with its own envelope (see serveWith).
+	res, err := t.client.CallUnary(serveWith(adapter.WithSurface(ctx, middleware.SurfaceMCP)), creq)
 	if _, governed := connectadapter.ReadEnvelope(res, err); absent(governed, err) {
 		return nil, errHidden, nil // as if the tool did not exist
 	}

@@ -267,6 +267,7 @@ func TestRefusedBeforeTheEngine(t *testing.T) {
 		{"deadline_exceeded", middleware.CodeCancelled, "refused by the service: deadline_exceeded"},
 		{"permission_denied", middleware.CodeExecutionFailed, "refused by the service: permission_denied"},
 		{"internal", middleware.CodeExecutionFailed, adapter.ConcealedMessage},
+		{"context", middleware.CodeCancelled, "the call was cancelled before it ran"}, // never Go's "context canceled"
 	} {
 		t.Run(tc.connect, func(t *testing.T) {
 			b, err := mcpadapter.New(f.eng, f.mux, []string{testv1connect.TestServiceName}, bearer("refuse:"+tc.connect))

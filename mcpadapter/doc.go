@@ -67,7 +67,12 @@
 //     The service's interceptors, its authentication and the engine run as
 //     for any caller; the engine's actor function sees what the service's
 //     authentication found. Cancelling the MCP request cancels the context:
-//     the execution ends CANCELLED and the handler's context is done.
+//     the execution ends CANCELLED and the handler's context is done. The
+//     SDK still answers the cancelled request (notifications/cancelled on a
+//     2025-11-25 session), and that answer is the execution's: isError
+//     with its envelope (its execution id, CANCELLED) in the text and in
+//     _meta, never Go's error text; the execution ends in its one final
+//     event, capability.cancelled.
 //  4. The envelope becomes the result (below).
 //
 // # Results
@@ -176,10 +181,51 @@
 //   - Every call keeps its arguments (without "_approval_id" and
 //     "_idempotency_key"), sealed, with the approval it requests; the
 //     "approvals_resume" tool, listed then, resumes an approved call by
-//     {"approval_id"} alone: it opens them and calls the tool's procedure
-//     as its own caller, so the engine digests them again and consumes the
-//     approval only for the same actor, once. Every id it cannot resume
-//     reads the same: APPROVAL_NOT_FOUND.
+//     {"approval_id"} alone, for the approval's requester only. Before it
+//     opens the arguments it asks the engine who calls — an empty request
+//     of the procedure, made in process like every tool call (the same
+//     headers, so the service's own authentication runs) and marked as a
+//     caller probe (adapter.WithCallerProbe), which runs nothing and opens
+//     no execution — and compares the whole actor (id, tenant, kind, the
+//     OnBehalfOf chain) with the record's requester. Anyone else gets
+//     APPROVAL_NOT_FOUND and learns nothing, whatever the policies would
+//     let them run; so does every id it cannot resume (unknown, another
+//     audience's, a call that kept no arguments, a tool this bridge does
+//     not serve). For the requester it opens the arguments and calls the
+//     tool's procedure with them, so the engine digests them again and
+//     consumes the approval only for the same actor, once; a pending,
+//     rejected, expired or used approval is the record's own code, and a
+//     used one still opens for its requester, so that a repeat with the
+//     same "_idempotency_key" is replayed. Interceptors that run before
+//     agentsafe's must let the empty request through to it (authentication
+//     does; put request validation after agentsafe's interceptor).
+//
+// # Serving over HTTP
+//
+// [Bridge.Handler] serves the tools over MCP's streamable HTTP transport,
+// each request by the protocol it asks for (its Mcp-Protocol-Version):
+//
+//   - 2025-11-25 (and earlier) in sessions with resumable streams: events
+//     carry ids, a call's stream opens with a priming event, and a client
+//     that lost its connection mid-call sends a GET with Last-Event-ID and
+//     gets the rest, the tool result and its envelope included. Events are
+//     kept in go-sdk's memory event store by default: at most 10 MiB across
+//     all sessions, the oldest of every stream dropped first (a resume that
+//     needs a dropped event fails, and the client calls again with its
+//     "_idempotency_key"). Sessions and their events live in one process:
+//     several instances behind a load balancer need sticky sessions (by the
+//     Mcp-Session-Id header); there is no shared event store.
+//   - 2026-07-28 statelessly, as go-sdk v1.8 serves it: no session, no GET
+//     stream, nothing to resume (SEP-2575). A reply lost with its
+//     connection is recovered by repeating the call with the same
+//     "_idempotency_key", which replays the first result.
+//
+// Every request's Origin is checked first, on every method (the GET event
+// stream, DELETE, OPTIONS and HEAD included): one that is neither the
+// server's own (the scheme the request came in on, with its Host) nor
+// trusted with [WithTrustedOrigins] (by default none) is refused, 403; a
+// request without Origin goes on. go-sdk's Host check against DNS
+// rebinding stays on.
 //
 // # Progress
 //

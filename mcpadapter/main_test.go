@@ -47,12 +47,13 @@ type service struct {
 	testv1connect.UnimplementedTestServiceHandler
 	mu      sync.Mutex
 	runs    []middleware.Execution
-	started chan string // request ids, as handlers start
-	ended   chan error  // what blocking handlers returned
+	started chan string   // request ids, as handlers start
+	ended   chan error    // what blocking handlers returned
+	release chan struct{} // closed: handlers in mode "hold" go on
 }
 
 func newService() *service {
-	return &service{started: make(chan string, 64), ended: make(chan error, 64)}
+	return &service{started: make(chan string, 64), ended: make(chan error, 64), release: make(chan struct{})}
 }
 
 func (s *service) executions() []middleware.Execution {
@@ -75,6 +76,12 @@ func (s *service) unary(ctx context.Context, req *connect.Request[testv1.Request
 		<-ctx.Done()
 		s.ended <- ctx.Err()
 		return nil, ctx.Err()
+	case "hold": // until the test releases it
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	case "fail":
 		return nil, errors.New("query failed: " + secret)
 	case "flaky":
@@ -119,6 +126,9 @@ func authenticate(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		// "refuse:<code>" is refused with that Connect code, before the
 		// engine runs.
+		if user == "refuse:context" { // as an interceptor that returns ctx.Err() would
+			return nil, connect.NewError(connect.CodeCanceled, context.Canceled)
+		}
 		if name, refuse := strings.CutPrefix(user, "refuse:"); refuse {
 			var code connect.Code
 			_ = code.UnmarshalText([]byte(name))
@@ -128,12 +138,27 @@ func authenticate(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
+// actorOf is the engine's actor function: a plain token is an agent of
+// tenant acme; "id@tenant/kind[/for:a,b]" says every part of the actor.
 func actorOf(ctx context.Context) (middleware.Actor, error) {
 	user, ok := ctx.Value(userKey{}).(string)
 	if !ok {
 		return middleware.Actor{}, errors.New("no user")
 	}
-	return middleware.Actor{ID: user, Tenant: "acme", Kind: "agent"}, nil
+	id, rest, full := strings.Cut(user, "@")
+	if !full {
+		return middleware.Actor{ID: user, Tenant: "acme", Kind: "agent"}, nil
+	}
+	a := middleware.Actor{ID: id}
+	parts := strings.Split(rest, "/")
+	a.Tenant = parts[0]
+	if len(parts) > 1 {
+		a.Kind = parts[1]
+	}
+	if len(parts) > 2 {
+		a.OnBehalfOf = strings.Split(strings.TrimPrefix(parts[2], "for:"), ",")
+	}
+	return a, nil
 }
 
 // bearer is a header function for transports without HTTP headers: every
@@ -164,7 +189,9 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	t.Helper()
 	f := &fixture{svc: newService(), rec: &agentsafetest.Recorder{}}
 	opts := append([]middleware.Option{
-		middleware.WithEventSink(f.rec),
+		// A machine loaded by other builds may hold the recorder past the
+		// default bound, which would drop the rest of that execution's trail.
+		middleware.WithEventSink(f.rec, middleware.SinkTimeout(waitBound)),
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithActor(actorOf),
 	}, cfg.engineOpts...)
@@ -302,4 +329,21 @@ func (f *fixture) final(t *testing.T, executionID string) middleware.Event {
 		t.Fatalf("execution %s did not end: %v", executionID, err)
 	}
 	return evs[len(evs)-1]
+}
+
+// endsOnce waits for the final event of an execution, checks that it is
+// of type want and the execution's only one, and returns it.
+func (f *fixture) endsOnce(t *testing.T, executionID string, want middleware.EventType) middleware.Event {
+	t.Helper()
+	last := f.final(t, executionID)
+	finals := 0
+	for _, e := range f.rec.Execution(executionID) {
+		if e.Type.Final() {
+			finals++
+		}
+	}
+	if last.Type != want || finals != 1 {
+		t.Errorf("execution %s ended %s in %d final events, want one %s", executionID, last.Type, finals, want)
+	}
+	return last
 }

@@ -22,6 +22,7 @@ type config struct {
 	headers         func(ctx context.Context, req *mcp.CallToolRequest) (http.Header, error)
 	responseHeaders []string
 	approvalWait    time.Duration
+	trustedOrigins  []string
 }
 
 func defaultConfig() config {
@@ -110,5 +111,19 @@ func WithApprovalWait(d time.Duration) Option {
 		if d > 0 {
 			c.approvalWait = d
 		}
+	})
+}
+
+// WithTrustedOrigins names origins ("https://console.example.com", scheme,
+// host and port if not the scheme's default, no path) whose web pages may
+// call [Bridge.Handler] through their user's browser, besides the server's
+// own origin. By default none: a request carrying any other Origin is
+// refused, 403, on every method; a request without Origin is never
+// refused by this check. Origins compare without case and with the
+// default port written or not. New fails on a value that is not an
+// origin, naming it.
+func WithTrustedOrigins(origins ...string) Option {
+	return optionFunc(func(c *config) {
+		c.trustedOrigins = append(c.trustedOrigins, origins...)
 	})
 }

@@ -2,6 +2,7 @@ package mcpadapter
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,7 +140,8 @@ var refusalCodes = []middleware.Code{middleware.CodeCancelled, middleware.CodeUn
 // codeOf reads a failure without an envelope back as a refusal's code and
 // message: DeadlineExceeded is the caller's own (no attempt ran to time
 // out), other codes EXECUTION_FAILED; Unknown and Internal messages are
-// concealed, since nothing says they were written for the caller.
+// concealed, since nothing says they were written for the caller, and so
+// is Go's own text for a context that ended ("context canceled").
 func codeOf(err error) (middleware.Code, string) {
 	c, code, msg := connect.CodeOf(err), middleware.CodeExecutionFailed, adapter.ConcealedMessage
 	for _, rc := range refusalCodes {
@@ -149,6 +151,9 @@ func codeOf(err error) (middleware.Code, string) {
 	}
 	if ce, ok := errors.AsType[*connect.Error](err); ok && ce.Message() != "" && c != connect.CodeUnknown && c != connect.CodeInternal {
 		msg = ce.Message()
+	}
+	if code == middleware.CodeCancelled && (msg == context.Canceled.Error() || msg == context.DeadlineExceeded.Error()) {
+		msg = "the call was cancelled before it ran" // Go's text was written for no caller
 	}
 	return code, msg
 }

@@ -2,6 +2,7 @@ package mcpadapter
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -15,6 +16,23 @@ import (
 // is buffered whole before the client reads it, which unary RPCs allow.
 type inProcess struct{ h http.Handler }
 
+// handlerContextKey keys the context the in-process handler serves a
+// request with, when it is not the request's own (see serveWith).
+type handlerContextKey struct{}
+
+// serveWith returns a context for the client side of an in-process call
+// that ctx's end does not cancel, carrying ctx for the handler: the
+// handler (and the engine in it) sees ctx end, finalizes the execution
+// CANCELLED and answers with its envelope, and the client reads that
+// answer rather than abandoning the call with Go's "context canceled".
+// The MCP SDK answers every request, a cancelled one too; this way that
+// answer is the execution's, never Go's error text. The handler cannot
+// outlive ctx by much: the engine returns when the attempt's context ends
+// (bounded reporting).
+func serveWith(ctx context.Context) context.Context {
+	return context.WithValue(context.WithoutCancel(ctx), handlerContextKey{}, ctx)
+}
+
 func (t inProcess) RoundTrip(req *http.Request) (res *http.Response, err error) {
 	// net/http's server recovers a handler's panic and drops the
 	// connection; this is the in-process version of that, so a panic
@@ -25,7 +43,11 @@ func (t inProcess) RoundTrip(req *http.Request) (res *http.Response, err error) 
 			res, err = nil, errHandlerPanicked
 		}
 	}()
-	r := req.Clone(req.Context())
+	ctx := req.Context()
+	if hctx, ok := ctx.Value(handlerContextKey{}).(context.Context); ok {
+		ctx = hctx
+	}
+	r := req.Clone(ctx)
 	r.Host = req.URL.Host
 	r.RequestURI = req.URL.RequestURI()
 	r.RemoteAddr = "in-process"

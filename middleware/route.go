@@ -89,6 +89,10 @@ func (r *route) Refuse(ctx context.Context, call seam.Call, err *Error) (Envelop
 	return r.e.refuse(ctx, r.proc, r.cap, call, err)
 }
 
+// Actor returns the caller of ctx as the engine's actor function finds
+// it (see Engine.actorOf).
+func (r *route) Actor(ctx context.Context) (Actor, error) { return r.e.actorOf(ctx) }
+
 // Listed reports whether the route's capability is listed as a tool on
 // surface s for the caller of ctx (see Engine.listed).
 func (r *route) Listed(ctx context.Context, s uint8) bool {

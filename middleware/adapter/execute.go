@@ -85,7 +85,11 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 		return t, middleware.Envelope{}, err
 	}
 	call := c.seam()
-	ctx = marked(ctx, &call)
+	ctx, probe := marked(ctx, r.r, &call)
+	if probe {
+		var zero T
+		return zero, middleware.Envelope{}, errProbed
+	}
 	call.Attempt = attemptFunc[T](attempt)
 	v, env, err := r.r.Execute(ctx, call)
 	t, _ := v.(T) // only attempt's values go in
@@ -114,7 +118,10 @@ func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx c
 		return middleware.Envelope{}, fn(ctx)
 	}
 	call := c.seam()
-	ctx = marked(ctx, &call)
+	ctx, probe := marked(ctx, r.r, &call)
+	if probe {
+		return middleware.Envelope{}, errProbed
+	}
 	return r.r.ExecuteStream(ctx, call, fn)
 }
 
@@ -134,7 +141,10 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 		return middleware.Envelope{}, err
 	}
 	call := c.seam()
-	ctx = marked(ctx, &call)
+	ctx, probe := marked(ctx, r.r, &call)
+	if probe {
+		return middleware.Envelope{}, errProbed
+	}
 	return r.r.Refuse(ctx, call, err)
 }
 

@@ -26,6 +26,7 @@ type engineRoute interface {
 	ExecuteStream(ctx context.Context, call seam.Call, fn func(context.Context) error) (middleware.Envelope, error)
 	Refuse(ctx context.Context, call seam.Call, err *middleware.Error) (middleware.Envelope, error)
 	Listed(ctx context.Context, surface uint8) bool
+	Actor(ctx context.Context) (middleware.Actor, error)
 }
 
 // Resolve returns e's route for procedure: "/package.Service/Method" for

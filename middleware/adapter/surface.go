@@ -7,7 +7,15 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
-type surfaceKey struct{}
+// inProcessKey keys the marks a bridge sets on its in-process calls
+// ([WithSurface], [WithCallerProbe]): one context value, so that a call
+// looks them up once.
+type inProcessKey struct{}
+
+type inProcessMark struct {
+	surface middleware.Surface
+	probe   *callerProbe
+}
 
 // WithSurface marks the calls made with ctx, in process, as coming in on
 // surface s, whatever adapter serves them: a bridge that turns its own
@@ -18,17 +26,30 @@ type surfaceKey struct{}
 // take it off the context the handler sees, so calls the handler makes in
 // turn are not marked. A zero s removes a mark.
 func WithSurface(ctx context.Context, s middleware.Surface) context.Context {
-	return context.WithValue(ctx, surfaceKey{}, s)
+	m, _ := ctx.Value(inProcessKey{}).(inProcessMark)
+	m.surface = s
+	return context.WithValue(ctx, inProcessKey{}, m)
 }
 
-// marked applies a surface mark of ctx to call, and returns ctx without it.
-func marked(ctx context.Context, call *seam.Call) context.Context {
-	s, ok := ctx.Value(surfaceKey{}).(middleware.Surface)
-	if !ok || s == 0 {
-		return ctx
+// marked applies the in-process marks of ctx to a call of route r: it
+// answers a caller probe of r's procedure and reports true (nothing may
+// run then); otherwise it applies a surface mark to call and returns ctx
+// without it.
+func marked(ctx context.Context, r engineRoute, call *seam.Call) (context.Context, bool) {
+	m, ok := ctx.Value(inProcessKey{}).(inProcessMark)
+	if !ok {
+		return ctx, false
 	}
-	call.Surface = uint8(s)
-	return context.WithValue(ctx, surfaceKey{}, middleware.Surface(0))
+	if p := m.probe; p != nil && p.procedure == r.Procedure() {
+		p.found(r.Actor(ctx))
+		return ctx, true
+	}
+	if m.surface == 0 {
+		return ctx, false
+	}
+	call.Surface = uint8(m.surface)
+	m.surface = 0
+	return context.WithValue(ctx, inProcessKey{}, m), false
 }
 
 // Hidden reports whether err, from [Execute], [ExecuteStream] or [Refuse],
