@@ -31,11 +31,18 @@
 // A rule that names a key actor or capability does not have (actor.knd)
 // fails [New], like one that does not compile.
 //
-// Every rule whose When holds contributes its Then, and the strongest wins,
-// as between policies: hide > deny > require approval > allow. Rules are
-// evaluated in order until one hides. The first matching denial gives the
-// reason; every matching approval requirement adds its reason. A rule that
-// fails to evaluate (a missing key: guard with has(), a type error, a cost
-// over the limit) fails the call closed with POLICY_UNAVAILABLE. At a
-// listing, rules that mention input are skipped: there is no input to judge.
+// Every rule is evaluated, and every rule whose When holds contributes its
+// Then; the strongest wins, as between policies, with a rule that fails to
+// evaluate (a missing key: guard with has(), a type error, a cost over the
+// limit) ranked between hide and deny: hide > error > deny > require
+// approval > allow. So a rule that fails on the caller's input never tells
+// the caller about a procedure another rule hides, while a failure with no
+// hide fails the call closed with POLICY_UNAVAILABLE, whatever else
+// matched. The first matching denial gives the reason; every matching
+// approval requirement adds its reason. At a listing, rules that mention
+// input are skipped: there is no input to judge. The engine asks every
+// policy as at a listing at the start of each call (SPEC §3 stage 2.0), so
+// a hide rule that does not mention input is decided before anything of
+// the call is read; one that does is decided after the input is decoded
+// and checked.
 package agentsafecel

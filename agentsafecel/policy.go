@@ -121,7 +121,11 @@ func classify(d middleware.PolicyDecision) (kind, string) {
 
 func (p *policy) Name() string { return p.name }
 
-// Decide evaluates the rules in order and composes what matched.
+// Decide evaluates every rule and composes what matched, strongest
+// first: hide > an error > deny > require_approval > allow. A rule that
+// fails to evaluate does not stop the others, so that one failing on the
+// caller's input never tells the caller about a procedure a later rule
+// hides.
 func (p *policy) Decide(ctx context.Context, in middleware.PolicyInput) (middleware.PolicyDecision, error) {
 	vars := map[string]any{
 		"actor":      actor(in.Actor),
@@ -131,7 +135,9 @@ func (p *policy) Decide(ctx context.Context, in middleware.PolicyInput) (middlew
 		"listing":    in.Listing,
 		"input":      nil,
 	}
+	var inputErr error
 	inputRead := false
+	var failed []error
 	var denial *string
 	var reasons []string
 	for i, r := range p.rules {
@@ -140,16 +146,20 @@ func (p *policy) Decide(ctx context.Context, in middleware.PolicyInput) (middlew
 				continue // nothing to judge
 			}
 			if !inputRead {
-				doc, err := input(in)
-				if err != nil {
-					return middleware.Allow(), err
+				vars["input"], inputErr = input(in)
+				inputRead = true
+				if inputErr != nil {
+					failed = append(failed, inputErr)
 				}
-				vars["input"], inputRead = doc, true
+			}
+			if inputErr != nil {
+				continue
 			}
 		}
 		out, _, err := r.prg.ContextEval(ctx, vars)
 		if err != nil {
-			return middleware.Allow(), fmt.Errorf("rule %d %q: %w", i, r.When, err)
+			failed = append(failed, fmt.Errorf("rule %d %q: %w", i, r.When, err))
+			continue
 		}
 		if matched, _ := out.Value().(bool); !matched {
 			continue
@@ -166,6 +176,8 @@ func (p *policy) Decide(ctx context.Context, in middleware.PolicyInput) (middlew
 		}
 	}
 	switch {
+	case len(failed) > 0:
+		return middleware.Allow(), errors.Join(failed...)
 	case denial != nil:
 		return middleware.Deny(*denial), nil
 	case len(reasons) > 0:

@@ -108,6 +108,47 @@ func TestARuleThatCannotBeEvaluatedFailsClosed(t *testing.T) {
 	}
 }
 
+// TestHideOutranksAnErrorInsideOnePolicy: every rule is evaluated, and
+// what matched composes hide > error > deny > require_approval > allow,
+// as between policies: a rule that fails on the caller's input before a
+// hide rule must not tell the hidden procedure exists (POLICY_UNAVAILABLE
+// is a 503 where absent is a 404).
+func TestHideOutranksAnErrorInsideOnePolicy(t *testing.T) {
+	p, err := agentsafecel.New("mixed",
+		agentsafecel.Rule{When: `int(input.amount) > 1000`, Then: middleware.Deny("too much")}, // fails without an amount
+		agentsafecel.Rule{When: `has(input.debug) && input.debug`, Then: middleware.Hide()},
+		agentsafecel.Rule{When: `!listing && actor.kind == "robot"`, Then: middleware.Hide()},
+		agentsafecel.Rule{When: `has(input.order)`, Then: middleware.Deny("orders are frozen")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := agentsafetest.NewEngine(t, registry(), middleware.WithProtoFiles(nil), middleware.WithActor(actorOf), middleware.WithPolicy(p))
+	robot := middleware.Actor{ID: "robot-1", Tenant: "shop", Kind: "robot"}
+	for _, tc := range []struct {
+		name  string
+		who   middleware.Actor
+		input string
+		want  middleware.Code
+	}{
+		{"an input rule hides after one that fails", clerk, `{"debug": true}`, middleware.CodeCapabilityNotFound},
+		{"an actor rule hides after one that fails", robot, `{}`, middleware.CodeCapabilityNotFound},
+		{"an error outranks a deny", clerk, `{"order": "42"}`, middleware.CodePolicyUnavailable},
+		{"an error with nothing else", clerk, `{"debug": false}`, middleware.CodePolicyUnavailable},
+		{"a deny, nothing failing", clerk, `{"amount": 5, "order": "42"}`, middleware.CodePolicyDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := call(eng.Engine, tc.who, refund, adapter.JSONInput([]byte(tc.input)))
+			if got := middleware.CodeOf(err); got != tc.want {
+				t.Fatalf("code %s (%v), want %s", got, err, tc.want)
+			}
+			if hidden := adapter.Hidden(err); hidden != (tc.want == middleware.CodeCapabilityNotFound) {
+				t.Fatalf("adapter.Hidden = %t", hidden)
+			}
+		})
+	}
+}
+
 // countingInput counts the digests the engine computes.
 type countingInput struct {
 	adapter.Input

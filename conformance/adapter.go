@@ -90,7 +90,7 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	for _, r := range slices.Concat(adapterRules, policyRules, keyRules, hintRules, outcomeRules, wireRules) {
+	for _, r := range slices.Concat(adapterRules, policyRules, absentRules, keyRules, hintRules, outcomeRules, wireRules) {
 		t.Run(r.name, func(t *testing.T) {
 			skip := ""
 			rule := func(t *testing.T) {

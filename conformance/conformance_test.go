@@ -98,8 +98,62 @@ func (directCodec) UnmarshalError(b []byte) (error, error) {
 }
 
 func (c *directClient) CallKeyed(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID, key string) conformance.Result {
-	route := adapter.Resolve(c.eng, c.d.Procedure(f))
 	body, _ := json.Marshal(req)
+	return c.callBody(ctx, f, req, body, approvalID, key)
+}
+
+// CallRaw makes the call as shape says. The direct adapter's wire is what
+// its client sees: the status code, the headers, and the body (the
+// envelope, or the framework's message). Like the framework adapters'
+// guards, it asks whether the call is absent before it decodes anything.
+func (c *directClient) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	if absent {
+		return raw(c.CallUnhandled(ctx, f, req)), true
+	}
+	body, _ := json.Marshal(req)
+	approvalID, key := "", ""
+	switch shape {
+	case conformance.ShapeMalformedApprovalID:
+		approvalID = "x"
+	case conformance.ShapeMalformedKey:
+		key = `"unterminated`
+	case conformance.ShapeUndecodable:
+		body = []byte(`{"ID":`)
+	case conformance.ShapeUnbindable:
+		key, body = "k1", []byte(`{"ID":"`+req.ID+`","ID":"`+req.ID+`"}`)
+	case conformance.ShapeExpired:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(-time.Second))
+		defer cancel()
+	}
+	if c.d.bug != "decodes-first" && adapter.Resolve(c.eng, c.d.Procedure(f)).Absent(ctx, adapter.SurfaceRPC) {
+		return raw(c.CallUnhandled(ctx, f, req)), true
+	}
+	var in conformance.Request
+	if err := json.Unmarshal(body, &in); err != nil {
+		return conformance.RawResponse{Status: 3, Header: http.Header{}, Body: []byte("direct: the request cannot be decoded")}, true
+	}
+	return raw(c.callBody(ctx, f, in, body, approvalID, key)), true
+}
+
+// raw is a direct call's result as its wire carries it.
+func raw(r conformance.Result) conformance.RawResponse {
+	out := conformance.RawResponse{Header: r.Header, Body: r.Body}
+	if r.Status != nil {
+		out.Status = int(r.Status.Code)
+		if out.Body == nil {
+			out.Body = []byte(r.Status.Message)
+		}
+	}
+	if r.Response != nil {
+		out.Body, _ = json.Marshal(r.Response)
+	}
+	return out
+}
+
+// callBody calls f with req, whose input as the engine binds it is body.
+func (c *directClient) callBody(ctx context.Context, f conformance.Fixture, req conformance.Request, body []byte, approvalID, key string) conformance.Result {
+	route := adapter.Resolve(c.eng, c.d.Procedure(f))
 	call := adapter.Call[*attemptOut]{Input: adapter.JSONInput(body), ApprovalID: approvalID, Surface: adapter.SurfaceRPC, Status: directStatus,
 		IdempotencyKey: key, Codec: directCodec{}}
 	if c.d.bug == "drops-key" {
@@ -252,6 +306,8 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 		},
 		"drops-approval-hints": {"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"},
+		// It decodes the request before it asks whether the call is hidden.
+		"decodes-first": {"Hidden/a_hidden_call_is_answered_byte_for_byte_as_a_procedure_the_server_does_not_have"},
 		"drops-envelope": {
 			"Retry/a_read_is_retried_after_a_transient_failure_in_the_same_execution",
 			"Retry/an_idempotent_write_with_retry_configured_is_retried",

@@ -91,6 +91,12 @@ func (c *countingStore) Consume(ctx context.Context, id string, r store.ConsumeR
 // approvals counted.
 func (s *suite) policySuite(mutate func(Fixture, *middleware.Capability), policies ...middleware.Policy) (*suite, *countingStore) {
 	s.Helper()
+	return s.policySuiteWith(nil, mutate, policies...)
+}
+
+// policySuiteWith is policySuite with opts added to the engine's options.
+func (s *suite) policySuiteWith(opts []middleware.Option, mutate func(Fixture, *middleware.Capability), policies ...middleware.Policy) (*suite, *countingStore) {
+	s.Helper()
 	reg := middleware.NewRegistry()
 	for f, c := range capabilities() {
 		c.Exposure = everywhere
@@ -101,13 +107,13 @@ func (s *suite) policySuite(mutate func(Fixture, *middleware.Capability), polici
 	}
 	rec := &agentsafetest.Recorder{}
 	approvals := &countingStore{ApprovalStore: approvalstore.NewMemory()}
-	opts := []middleware.Option{
+	opts = append([]middleware.Option{
 		middleware.WithEventSink(rec),
 		middleware.WithApprovalStore(approvals),
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return suiteAgent, nil }),
 		middleware.WithProtoFiles(nil),
 		middleware.WithLogger(slog.New(slog.DiscardHandler)),
-	}
+	}, opts...)
 	for _, p := range policies {
 		opts = append(opts, middleware.WithPolicy(p))
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -36,8 +37,9 @@ func (conformanceHarness) Procedure(f conformance.Fixture) string { return fixtu
 
 func (h conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
 	mux := http.NewServeMux()
-	mux.Handle(testv1connect.NewTestServiceHandler(conformanceService{handle, stream},
-		connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+	interceptor := connectadapter.NewInterceptor(eng)
+	mux.Handle(interceptor.Guard(testv1connect.NewTestServiceHandler(conformanceService{handle, stream},
+		connect.WithInterceptors(interceptor))))
 	url := serve(t, mux)
 	// A Connect server without the service: the mux's 404, as the generated
 	// handler also answers a method it does not know.
@@ -45,7 +47,39 @@ func (h conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle c
 	return conformanceClient{
 		c:      testv1connect.NewTestServiceClient(httpClient(t, h.p.h2c), url, slices.Clone(h.p.opts)...),
 		absent: testv1connect.NewTestServiceClient(httpClient(t, h.p.h2c), none, slices.Clone(h.p.opts)...),
+		raw:    rawClient{hc: httpClient(t, h.p.h2c), url: url, none: none, wire: h.p.wire()},
 	}
+}
+
+// wire is the protocol's framing for raw calls.
+func (p protocol) wire() fixture.Wire {
+	switch {
+	case strings.HasPrefix(p.name, "grpcweb"):
+		return fixture.WireGRPCWeb
+	case strings.HasPrefix(p.name, "grpc"):
+		return fixture.WireGRPC
+	}
+	return fixture.WireConnect
+}
+
+// rawClient makes the harness's raw calls.
+type rawClient struct {
+	hc        *http.Client
+	url, none string
+	wire      fixture.Wire
+}
+
+// CallRaw makes the call in the harness's protocol, as bytes.
+func (c conformanceClient) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	base := c.raw.url
+	if absent {
+		base = c.raw.none
+	}
+	r, ok := fixture.RawRequest(ctx, c.raw.wire, base+fixture.Procedure(f), req, shape)
+	if !ok {
+		return conformance.RawResponse{}, false
+	}
+	return fixture.Do(c.raw.hc, r), true
 }
 
 type conformanceService struct {
@@ -118,6 +152,7 @@ func (s conformanceService) Stream(ctx context.Context, r *connect.Request[testv
 
 type conformanceClient struct {
 	c, absent testv1connect.TestServiceClient
+	raw       rawClient
 }
 
 // CallUnhandled makes the call on a server that has no handler for it.

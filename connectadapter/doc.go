@@ -1,8 +1,9 @@
 // Package connectadapter governs Connect services with agentsafe: one
-// connect.WithInterceptors option around an engine, with the capability
-// metadata written as method options in the service's .proto files (or in
-// a Go registry, which replaces an option as a whole). The [README] walks
-// through adopting it, approvals and the wire format.
+// connect.WithInterceptors option around an engine, and its guard around
+// the generated handler, with the capability metadata written as method
+// options in the service's .proto files (or in a Go registry, which
+// replaces an option as a whole). The [README] walks through adopting it,
+// approvals and the wire format.
 //
 // # Adopting it
 //
@@ -10,8 +11,22 @@
 //	if err != nil {
 //		log.Fatal(err) // invalid metadata: every problem, naming procedure and field
 //	}
-//	mux.Handle(ordersv1connect.NewOrderServiceHandler(svc,
-//		connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+//	interceptor := connectadapter.NewInterceptor(eng)
+//	mux.Handle(interceptor.Guard(ordersv1connect.NewOrderServiceHandler(svc,
+//		connect.WithInterceptors(interceptor))))
+//
+// The guard ([Interceptor.Guard]) answers a call the engine hides — a
+// policy hides it from its caller, or its capability is not exposed on
+// rpc — exactly as the generated handler answers a procedure it does not
+// have: http.NotFound's 404, before connect-go reads the body. Without it
+// the interceptor still hides such a call, but only once connect-go has
+// decoded it, so an undecodable body, a request Connect refuses (405,
+// 415) or the Unimplemented error the interceptor then returns tells the
+// procedure apart from one that does not exist. The guard sees the
+// request's context: authenticate in HTTP middleware (or read the
+// credentials in the actor function) for it to hide by actor; hiding
+// that needs what an interceptor adds, or the input, is decided after
+// decoding, by the interceptor.
 //
 // Handlers read their execution id, idempotency key and attempt with
 // middleware.ExecutionFromContext. To pass the key on to a downstream
@@ -34,6 +49,9 @@
 //
 // For each call, on the serving goroutine:
 //
+//  0. The guard resolves the procedure from the request's path and asks
+//     the engine whether it is hidden (adapter.Route.Absent): if so, the
+//     404, and nothing else happens.
 //  1. A client-side call, or a procedure the engine does not govern, goes
 //     straight to the next handler. The procedure (Spec.Procedure) is
 //     resolved once against the engine.

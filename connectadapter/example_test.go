@@ -36,18 +36,21 @@ func flaky(ctx context.Context, req *connect.Request[testv1.Request]) (*connect.
 	return connect.NewResponse(&testv1.Response{Note: "order " + req.Msg.GetId() + ": shipped"}), nil
 }
 
-// A Connect service adopts agentsafe with one interceptor. The capability
-// metadata lives in its .proto file: Read is a read with retries, Write a
-// write that is never retried at run time.
+// A Connect service adopts agentsafe with one interceptor, and its guard
+// around the generated handler (so that a hidden procedure looks absent
+// before connect-go reads its body). The capability metadata lives in its
+// .proto file: Read is a read with retries, Write a write that is never
+// retried at run time.
 func Example() {
 	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // reads and validates the method options
 	if err != nil {
 		panic(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(testv1connect.NewTestServiceHandler(flakyService{},
-		connect.WithInterceptors(connectadapter.NewInterceptor(eng)), // the one line
-	))
+	interceptor := connectadapter.NewInterceptor(eng)
+	mux.Handle(interceptor.Guard(testv1connect.NewTestServiceHandler(flakyService{},
+		connect.WithInterceptors(interceptor), // the one line
+	)))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	client := testv1connect.NewTestServiceClient(srv.Client(), srv.URL)

@@ -294,7 +294,11 @@ func newServer(t testing.TB, cfg serverConfig) *server {
 	}
 	interceptors = append(interceptors, cfg.after...)
 	mux := http.NewServeMux()
-	mux.Handle(testv1connect.NewTestServiceHandler(s.svc, append(cfg.handlerOpts, connect.WithInterceptors(interceptors...))...))
+	path, h := testv1connect.NewTestServiceHandler(s.svc, append(cfg.handlerOpts, connect.WithInterceptors(interceptors...))...)
+	if s.guard != nil { // mounted as the adoption snippets mount it
+		path, h = s.guard.Guard(path, h)
+	}
+	mux.Handle(path, h)
 	s.url = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.svc.mu.Lock()
 		s.svc.protos = append(s.svc.protos, r.ProtoMajor)

@@ -4,6 +4,7 @@
 //
 //	eng, err := middleware.New(nil, middleware.WithEventSink(middleware.NewSlogSink(nil)))
 //	srv := grpc.NewServer(grpcadapter.ServerOptions(eng)...)
+//	ordersv1.RegisterOrderServiceServer(grpcadapter.Guard(eng, srv), svc) // hidden looks absent
 //	// client side: the key downstream, the envelope back
 //	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(grpcadapter.UnaryClientInterceptor("payments.internal")))
 //	env, ok := grpcadapter.EnvelopeFrom(header, trailer, err) // grpc.Header(&header), grpc.Trailer(&trailer)
@@ -28,6 +29,18 @@
 // concealment, a panic) carry an agentsafe.v1.ErrorDetail; the caller's own
 // deadline is DeadlineExceeded. gRPC follows no redirects, so the client
 // interceptors send the idempotency key only to the hosts listed.
+//
+// A call the engine hides (a policy hides it from its caller, or its
+// capability is not exposed on rpc) gets exactly what grpc-go answers for
+// a method the service does not have: Unimplemented, "unknown method M for
+// service S", no metadata. grpc-go decodes a unary request before any
+// interceptor runs, so register services through [Guard], which decides
+// in the method's handler before the request is decoded: without it an
+// undecodable body on a hidden method gets Internal. The guard sees the
+// incoming metadata, not what an interceptor adds later: the actor
+// function must work from the metadata for it to hide by actor; hiding
+// that needs what an authentication interceptor adds, or the input, is
+// decided by the interceptor after decoding.
 //
 // It is written only against packages middleware and middleware/adapter,
 // as an adapter outside this repository would be, and passes

@@ -23,15 +23,17 @@ func (readService) Read(ctx context.Context, r *testv1.Request) (*testv1.Respons
 	return &testv1.Response{Id: r.GetId(), Attempt: int32(x.Attempt)}, nil
 }
 
-// A gRPC server adopts agentsafe with one line; capability metadata comes
-// from the agentsafe.v1.capability option in the .proto file.
+// A gRPC server adopts agentsafe with one line, and registers its services
+// through the guard (so that a hidden method looks absent before grpc-go
+// decodes its request); capability metadata comes from the
+// agentsafe.v1.capability option in the .proto file.
 func Example() {
 	eng, err := middleware.New(nil, middleware.WithApprovalStore(approvalstore.NewMemory())) // reads the method options of every linked .proto
 	if err != nil {
 		panic(err)
 	}
 	srv := grpc.NewServer(grpcadapter.ServerOptions(eng)...) // the one line
-	testv1.RegisterTestServiceServer(srv, readService{})
+	testv1.RegisterTestServiceServer(grpcadapter.Guard(eng, srv), readService{})
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
 	go srv.Serve(lis)
 	defer srv.Stop()

@@ -38,26 +38,61 @@ type harness struct{}
 func (harness) Procedure(f conformance.Fixture) string { return fixture.Procedure(f) }
 
 func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, stream conformance.StreamHandler) conformance.Client {
-	conn := serve(t, eng, newService(handle, stream))
-	return client{c: testv1.NewTestServiceClient(conn), t: t}
+	conn, addr := serveAddr(t, eng, newService(handle, stream))
+	return client{c: testv1.NewTestServiceClient(conn), t: t, addr: addr}
 }
 
-// CallUnhandled makes the call on a gRPC server whose TestService has no
-// handler for f's method: grpc-go's own answer.
-func (c client) CallUnhandled(ctx context.Context, f conformance.Fixture, req conformance.Request) conformance.Result {
+// CallRaw makes the call as bytes, in gRPC over cleartext HTTP/2; absent,
+// on a server whose TestService has no handler for f's method.
+//
+// An expired deadline is not sent: grpc-go resets a stream whose deadline
+// passes (RST_STREAM CANCEL) from a timer that races with the answer, for
+// a method it does not have too, so no two calls need get the same bytes;
+// TestAHiddenMethodWithAnExpiredDeadlineIsNeverCancelled holds a hidden
+// method to what an absent one may get.
+func (c client) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	if shape == conformance.ShapeExpired {
+		return conformance.RawResponse{}, false
+	}
+	addr := c.addr
+	if absent {
+		srv, a := withoutMethod(c.t, f)
+		defer srv.Stop()
+		addr = a
+	}
+	r, ok := fixture.RawRequest(ctx, fixture.WireGRPC, "http://"+addr+fixture.Procedure(f), req, shape)
+	if !ok {
+		return conformance.RawResponse{}, false
+	}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	return fixture.Do(&http.Client{Transport: tr}, r), true
+}
+
+// withoutMethod starts a plain gRPC server whose TestService has no
+// handler for f's method: grpc-go's own answer for it.
+func withoutMethod(t *testing.T, f conformance.Fixture) (*grpc.Server, string) {
 	desc := testv1.TestService_ServiceDesc
 	desc.Methods = slices.DeleteFunc(slices.Clone(desc.Methods), func(m grpc.MethodDesc) bool {
 		return "/"+desc.ServiceName+"/"+m.MethodName == fixture.Procedure(f)
 	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
 	srv.RegisterService(&desc, newService(nil, nil))
 	go srv.Serve(lis)
+	return srv, lis.Addr().String()
+}
+
+// CallUnhandled makes the call on a gRPC server whose TestService has no
+// handler for f's method: grpc-go's own answer.
+func (c client) CallUnhandled(ctx context.Context, f conformance.Fixture, req conformance.Request) conformance.Result {
+	srv, addr := withoutMethod(c.t, f)
 	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -65,23 +100,39 @@ func (c client) CallUnhandled(ctx context.Context, f conformance.Fixture, req co
 	return client{c: testv1.NewTestServiceClient(conn)}.Call(ctx, f, req, "")
 }
 
-// serve starts a gRPC server for svc governed by eng and returns a
-// connection to it.
+// serve starts a gRPC server for svc governed by eng, mounted as the
+// adoption snippets mount it, and returns a connection to it.
 func serve(t *testing.T, eng *middleware.Engine, svc testv1.TestServiceServer, clientOpts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	return serveWith(t, grpcadapter.ServerOptions(eng), svc, clientOpts...)
+	conn, _ := serveAddr(t, eng, svc, clientOpts...)
+	return conn
+}
+
+// serveAddr is serve, also returning the server's address.
+func serveAddr(t *testing.T, eng *middleware.Engine, svc testv1.TestServiceServer, clientOpts ...grpc.DialOption) (*grpc.ClientConn, string) {
+	t.Helper()
+	return serveRegistered(t, grpcadapter.ServerOptions(eng), func(s grpc.ServiceRegistrar) grpc.ServiceRegistrar { return grpcadapter.Guard(eng, s) }, svc, clientOpts...)
 }
 
 // serveWith starts a gRPC server for svc with srvOpts on loopback and
 // returns a connection to it.
 func serveWith(t *testing.T, srvOpts []grpc.ServerOption, svc testv1.TestServiceServer, clientOpts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
+	conn, _ := serveRegistered(t, srvOpts, func(s grpc.ServiceRegistrar) grpc.ServiceRegistrar { return s }, svc, clientOpts...)
+	return conn
+}
+
+// serveRegistered starts a gRPC server with srvOpts, registers svc
+// through what registrar makes of it, and returns a connection to it and
+// its address.
+func serveRegistered(t *testing.T, srvOpts []grpc.ServerOption, registrar func(grpc.ServiceRegistrar) grpc.ServiceRegistrar, svc testv1.TestServiceServer, clientOpts ...grpc.DialOption) (*grpc.ClientConn, string) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(srvOpts...)
-	testv1.RegisterTestServiceServer(srv, svc)
+	testv1.RegisterTestServiceServer(registrar(srv), svc)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), append(clientOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
@@ -89,7 +140,7 @@ func serveWith(t *testing.T, srvOpts []grpc.ServerOption, svc testv1.TestService
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn
+	return conn, lis.Addr().String()
 }
 
 // service is the shared test service, plus the stream fixture.
@@ -130,8 +181,9 @@ func (s *service) Stream(r *testv1.Request, ss grpc.ServerStreamingServer[testv1
 }
 
 type client struct {
-	c testv1.TestServiceClient
-	t *testing.T
+	c    testv1.TestServiceClient
+	t    *testing.T
+	addr string
 }
 
 func (c client) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {

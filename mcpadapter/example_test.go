@@ -43,7 +43,8 @@ func Example() {
 		panic(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(testv1connect.NewTestServiceHandler(recordService{}, connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+	interceptor := connectadapter.NewInterceptor(eng)
+	mux.Handle(interceptor.Guard(testv1connect.NewTestServiceHandler(recordService{}, connect.WithInterceptors(interceptor))))
 
 	bridge, err := mcpadapter.New(eng, mux, []string{testv1connect.TestServiceName})
 	if err != nil {

@@ -45,7 +45,8 @@ func (harness) Procedure(f conformance.Fixture) string { return fx.Procedure(f) 
 
 func (harness) Start(t *testing.T, eng *middleware.Engine, handle conformance.Handler, _ conformance.StreamHandler) conformance.Client {
 	mux := http.NewServeMux()
-	mux.Handle(testv1connect.NewTestServiceHandler(&fixtureService{handle: handle}, connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+	interceptor := connectadapter.NewInterceptor(eng)
+	mux.Handle(interceptor.Guard(testv1connect.NewTestServiceHandler(&fixtureService{handle: handle}, connect.WithInterceptors(interceptor))))
 	b, err := mcpadapter.New(eng, mux, []string{testv1connect.TestServiceName},
 		mcpadapter.WithResponseHeaders("X-Conformance-Attempt", "X-Conformance-Late"))
 	if err != nil {
@@ -97,6 +98,70 @@ func (c mcpClient) CallUnhandled(ctx context.Context, f conformance.Fixture, req
 	}()
 	return mcpClient{cs: cs, tools: c.tools}.Call(ctx, f, req, "")
 }
+
+// CallRaw makes the call as one JSON-RPC tools/call on a fresh session
+// of the bridge's server (absent: one without f's tool) over the in-memory
+// transport, after the initialize handshake, and returns the response
+// message as it came off the transport. An MCP call carries no deadline.
+func (c mcpClient) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	args := `{"id":` + strconvQuote(req.ID) + `,"mode":"ok"`
+	switch shape {
+	case conformance.ShapeMalformedApprovalID:
+		args += `,"_approval_id":"x"`
+	case conformance.ShapeMalformedKey:
+		args += `,"_idempotency_key":""`
+	case conformance.ShapeUnbindable:
+		args += `,"_idempotency_key":"k1","id":` + strconvQuote(req.ID)
+	case conformance.ShapeExpired:
+		return conformance.RawResponse{}, false
+	}
+	args += "}"
+	if shape == conformance.ShapeUndecodable {
+		args = `"not an object"`
+	}
+	s := c.bridge.NewServer(nil, nil)
+	if absent {
+		s.RemoveTools(toolNames[f])
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer ss.Wait()
+	conn, err := ct.Connect(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close()
+	exchange := func(id int64, method, params string) []byte {
+		msg := &jsonrpc.Request{Method: method, Params: json.RawMessage(params)}
+		if id != 0 {
+			msg.ID, _ = jsonrpc.MakeID(float64(id))
+		}
+		if err := conn.Write(ctx, msg); err != nil {
+			c.t.Fatal(err)
+		}
+		if id == 0 {
+			return nil
+		}
+		resp, err := conn.Read(ctx)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		b, err := jsonrpc.EncodeMessage(resp)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		return b
+	}
+	exchange(1, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"conformance","version":"v1"}}`)
+	exchange(0, "notifications/initialized", `{}`)
+	body := exchange(2, "tools/call", `{"name":`+strconvQuote(toolNames[f])+`,"arguments":`+args+`}`)
+	return conformance.RawResponse{Body: body}, true
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 type fixtureService struct {
 	testv1connect.UnimplementedTestServiceHandler

@@ -113,6 +113,9 @@ func TestAHiddenToolIsAnUnknownTool(t *testing.T) {
 		// An answering round's refusals (state not issued here) would
 		// tell the tool apart: it is absent before any of them.
 		"an answering round": {Name: "write", Arguments: map[string]any{"id": "w1"}, RequestState: "c3RhdGU"},
+		// The engine refuses a malformed approval id only after hiding
+		// (stage 2.0).
+		"a malformed approval id": {Name: "write", Arguments: map[string]any{"id": "w1", "_approval_id": "x"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, hiddenErr := cs.CallTool(t.Context(), &params)

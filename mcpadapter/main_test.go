@@ -201,7 +201,8 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	}
 	f.eng = eng
 	f.mux = http.NewServeMux()
-	f.mux.Handle(testv1connect.NewTestServiceHandler(f.svc, connect.WithInterceptors(connect.UnaryInterceptorFunc(authenticate), connectadapter.NewInterceptor(eng))))
+	interceptor := connectadapter.NewInterceptor(eng)
+	f.mux.Handle(interceptor.Guard(testv1connect.NewTestServiceHandler(f.svc, connect.WithInterceptors(connect.UnaryInterceptorFunc(authenticate), interceptor))))
 	f.bridge, err = mcpadapter.New(eng, f.mux, []string{testv1connect.TestServiceName}, cfg.bridgeOpts...)
 	if err != nil {
 		t.Fatal(err)

@@ -23,8 +23,9 @@
 //	if err != nil {
 //		log.Fatal(err) // names every invalid procedure and field
 //	}
-//	mux.Handle(ordersv1connect.NewOrderServiceHandler(svc,
-//		connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+//	interceptor := connectadapter.NewInterceptor(eng)
+//	mux.Handle(interceptor.Guard(ordersv1connect.NewOrderServiceHandler(svc,
+//		connect.WithInterceptors(interceptor))))
 //
 // Capabilities may also come from protobuf method options (see package
 // agentsafe.v1 in proto/), which the engine reads from the linked
@@ -35,14 +36,22 @@
 // For each governed call, the adapter resolves the procedure (stage 1) and
 // writes the [Envelope] to the wire (stage 8); the engine runs the rest:
 //
-//  2. Open: execution id, idempotency key, the actor ([WithActor]). A call
-//     on a surface its capability is not exposed on is answered as hidden
-//     (as if the procedure had no handler). A caller that has already left
-//     ends the execution CANCELLED. Then the cheap checks (the approval
-//     header, the actor, the cap on abandoned attempts), binding the input
-//     (its I-JSON check and digest, only when something needs them),
-//     capability.requested, and the policies ([WithPolicy]): hide, deny,
-//     require approval.
+//  2. Open: execution id, idempotency key, the actor ([WithActor]). First,
+//     hiding, before anything that could tell the procedure exists: a call
+//     on a surface its capability is not exposed on, or one a policy hides
+//     when asked as at a listing (no input; the zero actor when the actor
+//     function fails), is answered as if the procedure had no handler,
+//     whatever else is wrong with it, and its capability.requested reaches
+//     a strict audit sink through its queue. Where a framework decodes a
+//     request before any interceptor, the adapter's guard decides this
+//     before the body is read (connectadapter's Interceptor.Guard,
+//     grpcadapter.Guard; twirpadapter and nethttpadapter do it
+//     themselves). Then a caller that has already left ends the execution
+//     CANCELLED; the cheap checks (the approval header, the caller's key,
+//     the actor, the cap on abandoned attempts); binding the input (its
+//     I-JSON check and digest, only when something needs them);
+//     capability.requested; the policies ([WithPolicy]), with the input:
+//     hide, deny, require approval; and the result store.
 //  3. Approval gate, for capabilities (or policies) that require one.
 //  4. Start: emit capability.started.
 //  5. Attempts: each attempt runs on its own goroutine under the caller's

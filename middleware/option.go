@@ -191,7 +191,10 @@ func WithEventSink(s EventSink, opts ...SinkOption) Option {
 // for capability.requested and capability.started, and an error (a
 // timeout included) means nothing runs: the call fails with
 // AUDIT_UNAVAILABLE (retryable). Every other event reaches it through its
-// queue, like any sink's. No record, no effect.
+// queue, like any sink's. No record, no effect. The requested of a call
+// answered as hidden (a policy hides it, or it came in on a surface its
+// capability is not exposed on) goes through the queue too: nothing runs
+// then, and the sink's failure must not tell the procedure exists.
 type AuditSink interface {
 	Record(ctx context.Context, e Event) error
 }

@@ -60,10 +60,8 @@ func (e *Engine) refuse(ctx context.Context, proc string, c *capability, call se
 	}
 	x := e.open(ctx, proc, seam.Call{ApprovalID: call.ApprovalID, Surface: call.Surface}, c, false) // nothing was read to bind
 	if c != nil {
-		if hide := x.exposed(); hide != nil {
-			err = hide
-		} else if hide := x.hiddenByPolicy(); hide != nil {
-			err = hide
+		if hide := x.hiding(); hide != nil {
+			err = hide // no refusal may tell a hidden procedure apart
 		}
 	}
 	x.requested()
@@ -98,6 +96,7 @@ type execution struct {
 	bindErr        error  // why the input does not bind, once tried
 	inputRead      bool   // a policy read the input (or its digest)
 	json           []byte // the input as policies read it, once rendered
+	hidden         bool   // stage 2.0 answered it as absent
 	approvalID     string
 	approval       *store.ConsumedApproval
 	consumed       bool   // an approval was consumed: its outcome is recorded
@@ -126,12 +125,18 @@ type execution struct {
 // open starts stage 2: the execution's ids and its actor. Nothing is
 // emitted yet: admit decides when the trail starts.
 func (e *Engine) open(ctx context.Context, proc string, call seam.Call, c *capability, streaming bool) *execution {
+	a, err := e.actorOf(ctx)
+	return e.opened(ctx, proc, call, c, streaming, a, err)
+}
+
+// opened is open for a caller whose actor is known already.
+func (e *Engine) opened(ctx context.Context, proc string, call seam.Call, c *capability, streaming bool, a Actor, actorErr error) *execution {
 	if c == nil { // a governed call with no capability: only refused
 		c = &capability{procedure: proc}
 	}
 	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
 	x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
-	x.actor, x.actorErr = e.actorOf(ctx)
+	x.actor, x.actorErr = a, actorErr
 	if e.observed {
 		x.emitting = make(chan struct{}, 1)
 	}
@@ -153,51 +158,60 @@ func (e *Engine) actorOf(ctx context.Context) (a Actor, err error) {
 	return f(ctx)
 }
 
-// admit runs the rest of stage 2, then the approval gate (stage 3). In
-// order: a surface the capability is not exposed on (answered as hidden,
-// before anything could tell the procedure exists); a caller already
-// gone; the cheap checks (the approval header, the actor, the
-// abandoned-attempt cap); binding the input, only when something needs its
-// digest; capability.requested (with the digest, or without it at a
-// refusal before the binding); the policies (policy.go), which may read
-// the input only once it is known to bind; the gate. Nothing has run when
-// it refuses.
+// admit runs the rest of stage 2, then the approval gate (stage 3), in
+// SPEC's order (§3). Nothing has run when it refuses; every refusal is
+// recorded, capability.requested first.
+//
+//	2.0  hiding: exposure, then every policy as at a listing
+//	     the caller already gone
+//	2a   the cheap checks: agentsafe headers, the actor, the abandoned cap
+//	2b   binding the input, only when something needs its digest
+//	     capability.requested (with the digest, or without it at a
+//	     refusal before the binding)
+//	2c   the policies, which may read the input once it is known to bind
+//	2d   the result store: claim, or replay (a replay never reaches the gate)
+//	3    the approval gate
 func (x *execution) admit() *Error {
-	if err := x.exposed(); err != nil {
-		x.requested()
+	if err := x.hiding(); err != nil { // 2.0
+		x.requested() // through the audit sink's queue: it cannot tell the procedure exists
 		return err
 	}
 	if x.ctx.Err() != nil {
 		x.requested()
 		return x.cancelled()
 	}
-	if err := x.cheapChecks(); err != nil {
+	if err := x.cheapChecks(); err != nil { // 2a
 		x.requested()
 		return err
 	}
-	if err := x.bind(); err != nil {
+	if err := x.bind(); err != nil { // 2b
 		x.requested()
 		return err
 	}
 	if err := x.requested(); err != nil {
 		return err
 	}
-	reasons, err := x.decide()
+	reasons, err := x.decide() // 2c
 	if err != nil {
 		return err
 	}
-	if err := x.claim(len(reasons) > 0); err != nil || x.replaying() != nil {
-		return err // a replay never reaches the gate
+	if err := x.claim(len(reasons) > 0); err != nil || x.replaying() != nil { // 2d
+		return err
 	}
 	if len(reasons) == 0 {
 		return nil
 	}
 	// Last: an approval consumed here must be followed by an attempt.
-	return x.gate(reasons)
+	return x.gate(reasons) // 3
 }
 
 // cheapChecks is stage 2a: what costs nothing to refuse.
 func (x *execution) cheapChecks() *Error {
+	if x.streaming && x.cap.Approval.Required {
+		// Validation refuses this for procedures known to stream; a registry
+		// entry the engine could not check still fails closed.
+		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.proc}
+	}
 	if x.call.ApprovalID != "" && !store.ValidApprovalID(x.call.ApprovalID) {
 		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", seam.HeaderApprovalID, len(x.call.ApprovalID))}
 	}
@@ -751,7 +765,9 @@ func (x *execution) finalEvent(env Envelope, err *Error) Event {
 // emit fills the execution's common fields and hands ev to every sink's
 // queue; the strict audit sink receives capability.requested and
 // capability.started synchronously, and its error is returned: nothing may
-// run on an event that was not recorded.
+// run on an event that was not recorded. A hidden call's requested goes
+// through the queue instead: nothing runs, and the sink's failure must not
+// tell the procedure exists.
 func (x *execution) emit(ev Event) error {
 	if !x.e.observed {
 		return nil
@@ -767,7 +783,7 @@ func (x *execution) emit(ev Event) error {
 	// the lock keeps each execution's events queued in order.
 	x.emitting <- struct{}{}
 	defer func() { <-x.emitting }()
-	if ev.Type == EventRequested || ev.Type == EventStarted {
+	if (ev.Type == EventRequested && !x.hidden) || ev.Type == EventStarted {
 		return x.e.deliverAudited(x.sinkCtx, ev)
 	}
 	x.e.deliver(x.sinkCtx, ev)

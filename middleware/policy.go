@@ -11,9 +11,13 @@ import (
 
 // Policy decides, per call, whether a governed call may go on: allowed,
 // denied, gated behind an approval, or hidden as if the procedure had no
-// handler. Install policies with [WithPolicy]; the engine asks them after
-// binding the input and before the approval gate (and, over MCP, at every
-// tool listing). A policy must be safe for concurrent use.
+// handler. Install policies with [WithPolicy]. The engine asks them twice
+// per call: first as at a listing (Listing set, no input), before anything
+// of the call is read, where only a hide counts (SPEC §3 stage 2.0: no
+// malformed header, undecodable body or expired deadline may then tell a
+// hidden procedure exists); then, after binding the input and before the
+// approval gate, with the input. Over MCP they are also asked at every
+// tool listing. A policy must be safe for concurrent use.
 type Policy interface {
 	// Name identifies the policy in events, inventories and drift checks
 	// (see [Engine.WriteSnapshot]); unique per engine, and stable across
@@ -40,9 +44,11 @@ type PolicyInput struct {
 	Capability Capability
 	// Surface is where the call came in: rpc, http or mcp.
 	Surface Surface
-	// Listing is true when the policy is asked whether to list the
-	// capability as a tool (MCP tools/list): there is no input then. A
-	// capability a policy hides at listing is not listed.
+	// Listing is true when the policy is asked without the call's input:
+	// whether to list the capability as a tool (MCP tools/list), and at
+	// the start of every call whether to hide it. A capability a policy
+	// hides at listing is not listed, and its calls are answered as
+	// absent before anything of them is read.
 	Listing bool
 	x       *execution // nil at listing and for calls without input
 }
@@ -177,14 +183,82 @@ func hidden(why string) *Error {
 	return &Error{Code: CodeCapabilityNotFound, Message: "no such procedure", Cause: errors.New(why), hidden: true}
 }
 
-// exposed answers a call on a surface its capability is not served on as
-// hidden, before anything else is checked: no check may tell it apart
-// from a procedure that does not exist.
-func (x *execution) exposed() *Error {
-	if s := Surface(x.call.Surface); s.valid() && !x.cap.Exposed(s) {
-		return hidden(fmt.Sprintf("%s is not exposed on %s", x.proc, s))
+// hiding is stage 2.0 (SPEC §3, §12): whether the call must look exactly
+// like one of a procedure that does not exist. It is decided before
+// anything that could tell the procedure exists — before the caller's
+// context is checked and before any agentsafe header or the input is read
+// — so that no refusal, and no caller who already left, can tell it apart
+// (see [Engine.hides]).
+func (x *execution) hiding() *Error {
+	err := x.e.hides(x.ctx, x.proc, x.cap, Surface(x.call.Surface), x.actor, x.actorErr)
+	x.hidden = err != nil
+	return err
+}
+
+// hides decides whether a call of proc by actor a on surface s is hidden:
+// a surface c is not exposed on hides it before anything else; then every
+// policy is asked as at a listing (Listing set, no input; the zero actor
+// when the actor function failed, actorErr), and one hide hides. A policy
+// that fails there does not hide: the call goes on, and the policies are
+// asked again, with the input, at stage 2c. (So a policy that hides by
+// asking a service on the caller's context cannot hide from a caller whose
+// deadline has already passed: it is told CANCELLED.)
+func (e *Engine) hides(ctx context.Context, proc string, c *capability, s Surface, a Actor, actorErr error) *Error {
+	if s.valid() && !c.Exposed(s) {
+		return hidden(fmt.Sprintf("%s is not exposed on %s", proc, s))
+	}
+	if len(e.cfg.policies) == 0 {
+		return nil
+	}
+	if actorErr != nil {
+		a = Actor{}
+	}
+	in := PolicyInput{Actor: a, Procedure: proc, Capability: c.resolved(), Surface: s, Listing: true}
+	if hider, _ := e.askListing(ctx, in); hider != "" {
+		return hidden(fmt.Sprintf("hidden by policy %q", hider))
 	}
 	return nil
+}
+
+// absent is stage 2.0 for an adapter's guard, which sees a call before
+// its framework reads any of it. A hidden call is recorded, when record
+// is set, as an execution answered as absent (requested and failed,
+// through the sinks' queues); for any other nothing is recorded: it goes
+// on to Execute, which decides again on the context it has then (an
+// interceptor's, maybe, with more to tell the actor by).
+func (e *Engine) absent(ctx context.Context, proc string, c *capability, s Surface, record bool) bool {
+	if s.valid() && c.Exposed(s) && len(e.cfg.policies) == 0 {
+		return false // nothing could hide it: the actor need not be asked
+	}
+	a, actorErr := e.actorOf(ctx)
+	err := e.hides(ctx, proc, c, s, a, actorErr)
+	if err == nil || !record {
+		return err != nil
+	}
+	x := e.opened(ctx, proc, seam.Call{Surface: uint8(s)}, c, false, a, actorErr)
+	x.hidden = true
+	x.requested()
+	x.finish(nil, err)
+	return true
+}
+
+// askListing asks every policy about in, as at a listing, until one hides:
+// hider names it; failed reports whether one before it failed. An
+// approval condition says nothing at a listing and is not asked.
+func (e *Engine) askListing(ctx context.Context, in PolicyInput) (hider string, failed bool) {
+	for _, np := range e.cfg.policies {
+		if _, cond := np.p.(condition); cond {
+			continue // it only gates calls
+		}
+		d, err := ask(ctx, np, in)
+		switch {
+		case err != nil:
+			failed = true
+		case d.verdict == verdictHide:
+			return np.name, failed
+		}
+	}
+	return "", failed
 }
 
 // decide is stage 2c: the capability's own approval requirement and every
@@ -198,7 +272,7 @@ func (x *execution) decide() ([]string, *Error) {
 	if len(x.e.cfg.policies) == 0 {
 		return reasons, nil
 	}
-	in := x.policyInput(false)
+	in := x.policyInput()
 	var failed, denied error
 	var denial string
 	for _, np := range x.e.cfg.policies {
@@ -236,27 +310,6 @@ func (x *execution) decide() ([]string, *Error) {
 	return reasons, nil
 }
 
-// hiddenByPolicy is the answer to a call refused before the pipeline (its
-// body could not be read, say) that a policy hides from its caller: no
-// refusal may tell it apart from a procedure that does not exist. The
-// policies are asked without input; only a hide counts, and a policy
-// that cannot decide leaves the refusal as it was.
-func (x *execution) hiddenByPolicy() *Error {
-	if x.actorErr != nil {
-		return nil
-	}
-	in := x.policyInput(false)
-	for _, np := range x.e.cfg.policies {
-		if _, cond := np.p.(condition); cond {
-			continue // it only gates calls
-		}
-		if d, err := ask(x.ctx, np, in); err == nil && d.verdict == verdictHide {
-			return hidden(fmt.Sprintf("hidden by policy %q", np.name))
-		}
-	}
-	return nil
-}
-
 // ask runs one policy; a panic in it is its error.
 func ask(ctx context.Context, np namedPolicy, in PolicyInput) (d PolicyDecision, err error) {
 	defer func() {
@@ -271,9 +324,9 @@ func ask(ctx context.Context, np namedPolicy, in PolicyInput) (d PolicyDecision,
 	return d, err
 }
 
-func (x *execution) policyInput(listing bool) PolicyInput {
-	in := PolicyInput{Actor: x.actor, Procedure: x.proc, Capability: x.cap.resolved(), Surface: Surface(x.call.Surface), Listing: listing}
-	if !listing && x.call.Input != nil && !x.streaming {
+func (x *execution) policyInput() PolicyInput {
+	in := PolicyInput{Actor: x.actor, Procedure: x.proc, Capability: x.cap.resolved(), Surface: Surface(x.call.Surface)}
+	if x.call.Input != nil && !x.streaming {
 		in.x = x
 	}
 	return in
@@ -332,19 +385,10 @@ func (e *Engine) listed(ctx context.Context, proc string, c *capability, s Surfa
 	if len(e.cfg.policies) == 0 {
 		return true
 	}
-	x := &execution{e: e, cap: c, proc: proc, call: seam.Call{Surface: uint8(s)}, ctx: ctx}
-	x.actor, x.actorErr = e.actorOf(ctx)
-	in := x.policyInput(true)
-	for _, np := range e.cfg.policies {
-		if _, cond := np.p.(condition); cond {
-			continue // it only gates calls
-		}
-		if x.actorErr != nil {
-			return false
-		}
-		if d, err := ask(ctx, np, in); err != nil || d.verdict == verdictHide {
-			return false
-		}
+	a, err := e.actorOf(ctx)
+	if err != nil { // closed, if a policy of the application's would judge it
+		return !slices.ContainsFunc(e.cfg.policies, func(np namedPolicy) bool { _, cond := np.p.(condition); return !cond })
 	}
-	return true
+	hider, failed := e.askListing(ctx, PolicyInput{Actor: a, Procedure: proc, Capability: c.resolved(), Surface: s, Listing: true})
+	return hider == "" && !failed
 }

@@ -93,6 +93,17 @@ func (r *route) Refuse(ctx context.Context, call seam.Call, err *Error) (Envelop
 // it (see Engine.actorOf).
 func (r *route) Actor(ctx context.Context) (Actor, error) { return r.e.actorOf(ctx) }
 
+// Absent decides stage 2.0 for a call its adapter has read nothing of
+// yet (see Engine.absent).
+func (r *route) Absent(ctx context.Context, s uint8) bool {
+	return r.cap != nil && r.e.absent(ctx, r.proc, r.cap, Surface(s), true)
+}
+
+// Hides is Absent for a call that is not made: nothing is recorded.
+func (r *route) Hides(ctx context.Context, s uint8) bool {
+	return r.cap != nil && r.e.absent(ctx, r.proc, r.cap, Surface(s), false)
+}
+
 // Listed reports whether the route's capability is listed as a tool on
 // surface s for the caller of ctx (see Engine.listed).
 func (r *route) Listed(ctx context.Context, s uint8) bool {

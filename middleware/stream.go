@@ -23,12 +23,6 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 		x.requested()
 		return x.e.notFound(x.proc)
 	}
-	if x.cap.Approval.Required && x.exposed() == nil { // unexposed, it is hidden first (admit)
-		x.requested()
-		// Validation refuses this for procedures known to stream; a registry
-		// entry the engine could not check still fails closed.
-		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.proc}
-	}
 	if err := x.admit(); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/conformance"
+	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
@@ -144,6 +145,37 @@ func (c conformanceClient) do(ctx context.Context, f conformance.Fixture, req co
 		r.Header.Set(adapter.HeaderIdempotencyKey, key)
 	}
 	return c.client.Do(r)
+}
+
+// CallRaw makes the call with a JSON body, as bytes; absent, on a mux
+// without the fixtures' routes. net/http carries no deadline, and the
+// adapter does not decode the body: an undecodable one is the handler's
+// to refuse, and for a hidden route no handler runs.
+func (c conformanceClient) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	if absent {
+		c = *c.absent
+	}
+	body, _ := json.Marshal(req)
+	h := http.Header{"Content-Type": {"application/json"}}
+	switch shape {
+	case conformance.ShapeMalformedApprovalID:
+		h.Set(adapter.HeaderApprovalID, "x")
+	case conformance.ShapeMalformedKey:
+		h.Set(adapter.HeaderIdempotencyKey, `"unterminated`)
+	case conformance.ShapeUndecodable:
+		body = []byte(`{"ID":`)
+	case conformance.ShapeUnbindable:
+		h.Set(adapter.HeaderIdempotencyKey, "k1")
+		body = []byte(`{"ID":"` + req.ID + `","ID":"` + req.ID + `"}`)
+	case conformance.ShapeExpired:
+		return conformance.RawResponse{}, false
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/"+string(f), bytes.NewReader(body))
+	if err != nil {
+		panic(err)
+	}
+	r.Header = h
+	return fixture.Do(c.client, r), true
 }
 
 func (c conformanceClient) Call(ctx context.Context, f conformance.Fixture, req conformance.Request, approvalID string) conformance.Result {

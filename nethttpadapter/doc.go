@@ -24,6 +24,19 @@
 //
 // # What happens to a governed request
 //
+//  0. Before anything of the request is read, the engine decides whether
+//     the route is hidden from its caller (a policy hides it, or its
+//     capability is not exposed on http): then the answer is the mux's
+//     for a path it routes nowhere, http.NotFound's 404, and nothing of
+//     agentsafe. [WrapMux] answers any request whose path a hidden
+//     pattern matches as the mux would with the hidden patterns removed:
+//     a 405 lists in Allow the methods of the patterns its caller may see,
+//     and is a 404 when there are none. One difference remains: a pattern
+//     without a method (a catch-all) that would serve a hidden pattern's
+//     request once that pattern is gone does not; the request gets the
+//     mux's 404. A route mounted with [Wrap] on a mux of yours cannot change
+//     that mux's 405 for its path's other methods, which names the hidden
+//     route's method: use WrapMux where that matters.
 //  1. The body is read once, at most [WithMaxBodyBytes] (1 MiB by default).
 //     A larger body is refused with 413 and a JSON envelope (code
 //     INVALID_ARGUMENT, the message names the limit); nothing runs, and the

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -50,6 +52,14 @@ func Wrap(eng *middleware.Engine, procedure string, h http.Handler, opts ...Opti
 //
 //	http.ListenAndServe(addr, nethttpadapter.WrapMux(eng, mux))
 //
+// A request whose path a pattern hidden from its caller matches (a policy
+// hides it, or its capability is not exposed on http) is answered, before
+// anything of it is read, as the mux would with the hidden patterns
+// removed: a 405's Allow names only the methods of visible patterns, and
+// is a 404 when none is left; a pattern without a method that would serve
+// a hidden pattern's request once it is gone does not (the request gets
+// the 404).
+//
 // WrapMux decides before the engine runs. A path the mux would redirect to
 // a governed pattern — an unclean path such as "//refund" or "/a/../refund",
 // or a subtree pattern's path without its trailing slash — is refused with
@@ -78,6 +88,10 @@ type route struct {
 }
 
 func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.rt.Absent(r.Context(), adapter.SurfaceHTTP) {
+		http.NotFound(w, r) // what a mux answers for a path it routes nowhere
+		return
+	}
 	serve(rt.rt, rt.stream, rt.h, &rt.cfg, w, r)
 }
 
@@ -88,12 +102,27 @@ type muxRoute struct {
 }
 
 func (m *muxRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.RequestURI == "*" { // the mux answers "OPTIONS *" itself, unrouted
+		m.mux.ServeHTTP(w, r)
+		return
+	}
 	var rt adapter.Route // the zero Route governs nothing
 	h, pattern := m.mux.Handler(r)
-	if pattern != "" && r.RequestURI != "*" { // the mux answers "OPTIONS *" itself, unrouted
+	if pattern != "" {
 		rt = adapter.Resolve(m.eng, pattern)
 	}
-	if !rt.Governed() {
+	switch {
+	case rt.Absent(r.Context(), adapter.SurfaceHTTP):
+		// Hidden, before anything of the request is read: the mux's
+		// answer with the hidden patterns removed.
+		m.withoutHidden(w, r, nil)
+		return
+	case pattern == "":
+		// No pattern routes it: the mux's 404, or its 405, whose Allow
+		// must not name a hidden pattern's method.
+		m.withoutHidden(w, r, h)
+		return
+	case !rt.Governed():
 		m.mux.ServeHTTP(w, r)
 		return
 	}
@@ -137,6 +166,64 @@ func (m *muxRoute) redirect(h http.Handler, r *http.Request) (canonical string, 
 }
 
 var redirectHandlerType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
+
+// probeMethod is a method no pattern names: the mux routes a request of
+// it only to a pattern without a method, and otherwise answers with the
+// methods every pattern matching its path allows.
+const probeMethod = "AGENTSAFE-PROBE"
+
+// withoutHidden answers r as the mux would with the patterns hidden from
+// r's caller removed. unrouted is what the mux's Handler returned for r
+// when no pattern routes r (its 404 or 405 handler), or nil when r
+// matched a hidden pattern: then the path is looked up again, for the
+// patterns with other methods. A 405 lists in Allow the methods of the
+// visible patterns only, and is a 404 when none is left. One difference
+// remains, documented: a pattern without a method (a catch-all) that
+// would route a hidden pattern's request once it is gone does not; the
+// request gets the 404.
+func (m *muxRoute) withoutHidden(w http.ResponseWriter, r *http.Request, unrouted http.Handler) {
+	if unrouted == nil {
+		probe := *r
+		probe.Method = probeMethod
+		var pattern string
+		if unrouted, pattern = m.mux.Handler(&probe); pattern != "" {
+			http.NotFound(w, r)
+			return
+		}
+	}
+	allow := allowed(unrouted, r)
+	if len(allow) == 0 {
+		unrouted.ServeHTTP(w, r) // the mux's own 404
+		return
+	}
+	visible := slices.DeleteFunc(slices.Clone(allow), func(method string) bool {
+		probe := *r
+		probe.Method = method
+		_, pattern := m.mux.Handler(&probe)
+		return pattern != "" && adapter.Resolve(m.eng, pattern).Hides(r.Context(), adapter.SurfaceHTTP)
+	})
+	switch {
+	case len(visible) == 0:
+		http.NotFound(w, r)
+	case len(visible) == len(allow) && r.Method != probeMethod:
+		unrouted.ServeHTTP(w, r) // nothing hidden: the mux's own 405
+	default:
+		w.Header().Set("Allow", strings.Join(visible, ", "))
+		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+	}
+}
+
+// allowed is the Allow of the mux's answer h to r: its 405 lists the
+// methods of the patterns matching r's path; its 404 none.
+func allowed(h http.Handler, r *http.Request) []string {
+	rec := &redirectRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	allow := rec.header.Get("Allow")
+	if allow == "" {
+		return nil
+	}
+	return strings.Split(allow, ", ")
+}
 
 // redirectRecorder keeps the headers of the mux's redirect and discards the
 // rest. (Not httptest.ResponseRecorder: a library should not link test

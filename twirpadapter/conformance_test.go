@@ -68,7 +68,28 @@ func (c conformanceHarness) Start(t *testing.T, eng *middleware.Engine, handle c
 		t.Cleanup(hs.Close)
 		none, noneURL = hs.Client().Transport, hs.URL
 	}
-	return conformanceClient{c: c.newClient(url, hc), absent: c.newClient(noneURL, &http.Client{Transport: headerCapture{none}})}
+	return conformanceClient{c: c.newClient(url, hc), absent: c.newClient(noneURL, &http.Client{Transport: headerCapture{none}}),
+		raw: rawClient{rt: rt, url: url, none: none, noneURL: noneURL}}
+}
+
+// rawClient makes the harness's raw calls.
+type rawClient struct {
+	rt, none     http.RoundTripper
+	url, noneURL string
+}
+
+// CallRaw makes the call as bytes, in Twirp's protobuf encoding; absent,
+// on the Twirp server of another service. Twirp carries no deadline.
+func (c conformanceClient) CallRaw(ctx context.Context, f conformance.Fixture, req conformance.Request, shape conformance.Shape, absent bool) (conformance.RawResponse, bool) {
+	rt, url := c.raw.rt, c.raw.url
+	if absent {
+		rt, url = c.raw.none, c.raw.noneURL
+	}
+	r, ok := fixture.RawRequest(ctx, fixture.WireTwirp, url+"/twirp"+fixture.Procedure(f), req, shape)
+	if !ok {
+		return conformance.RawResponse{}, false
+	}
+	return fixture.Do(&http.Client{Transport: rt}, r), true
 }
 
 // serveInProcess answers a request with its handler, on the caller's
@@ -117,7 +138,10 @@ func newFixtureService(handle conformance.Handler) fixtureService {
 		SetHeader: func(ctx context.Context, k, v string) { _ = twirp.SetHTTPResponseHeader(ctx, k, v) }}}
 }
 
-type conformanceClient struct{ c, absent testv1.TestService }
+type conformanceClient struct {
+	c, absent testv1.TestService
+	raw       rawClient
+}
 
 // CallUnhandled makes the call on a Twirp server that has no handler for
 // its path.

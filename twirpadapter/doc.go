@@ -47,10 +47,23 @@
 //     decided, but the caller leaving, repeat the envelope in the error's
 //     meta under the Meta* keys.
 //
-// A request Twirp cannot decode never reaches the interceptor: Twirp
-// answers it (malformed) and no execution is opened. Twirp has no
-// streaming: a method marked streaming in its descriptor is served unary,
-// as Twirp's generator does.
+// A call the engine hides (a policy hides it from its caller, or its
+// capability is not exposed on rpc) gets exactly what Twirp answers for a
+// path it has no handler for: bad_route, "no handler for path", the
+// twirp_invalid_route meta. Twirp decodes the body before any interceptor,
+// so Wrap also installs a guard as the last RequestReceived hook, which
+// decides before Twirp reads the body — an undecodable body on a hidden
+// method is bad_route, not malformed — and has Twirp write the answer,
+// your Error and ResponseSent hooks called as for such a path. The guard
+// sees the request's context after your RequestReceived hooks (where
+// Twirp services authenticate, or in HTTP middleware around the server);
+// hiding that needs what an interceptor adds, or the input, is decided by
+// the interceptor after decoding.
+//
+// A request Twirp cannot decode that is not hidden never reaches the
+// interceptor: Twirp answers it (malformed) and no execution is opened.
+// Twirp has no streaming: a method marked streaming in its descriptor is
+// served unary, as Twirp's generator does.
 //
 // # Clients
 //

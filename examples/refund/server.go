@@ -103,11 +103,13 @@ func governance() []middleware.Option {
 	}
 }
 
-// routes is the service's handler stack for eng: authentication, then
-// the agentsafe interceptor.
+// routes is the service's handler stack for eng: the guard (a procedure
+// hidden from its caller looks absent before its body is read), then
+// authentication, then the agentsafe interceptor.
 func routes(eng *middleware.Engine, svc *orders.Service) (string, http.Handler) {
-	return ordersv1connect.NewOrderServiceHandler(handler{svc},
-		connect.WithInterceptors(authenticate{}, connectadapter.NewInterceptor(eng))) // the one line
+	interceptor := connectadapter.NewInterceptor(eng)
+	return interceptor.Guard(ordersv1connect.NewOrderServiceHandler(handler{svc},
+		connect.WithInterceptors(authenticate{}, interceptor))) // the one line
 }
 
 // resultKey is the key stored responses are sealed with. The demo makes

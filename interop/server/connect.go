@@ -25,14 +25,20 @@ import (
 // interceptor. d is how the handlers wait a response delay.
 func newConnectServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, eng *middleware.Engine, d delay) (*http.Server, error) {
 	opts := []connect.HandlerOption{connect.WithCodec(strictJSONCodec{})}
+	var interceptor *connectadapter.Interceptor
 	if eng != nil {
-		opts = append(opts, connect.WithInterceptors(connectadapter.NewInterceptor(eng)))
+		interceptor = connectadapter.NewInterceptor(eng)
+		opts = append(opts, connect.WithInterceptors(interceptor))
 	}
 	if req.GetMessageReceiveLimit() > 0 {
 		opts = append(opts, connect.WithReadMaxBytes(int(req.GetMessageReceiveLimit())))
 	}
 	mux := http.NewServeMux()
-	mux.Handle(conformancev1connect.NewConformanceServiceHandler(connectService{delay: d}, opts...))
+	path, h := conformancev1connect.NewConformanceServiceHandler(connectService{delay: d}, opts...)
+	if interceptor != nil { // mounted as the adoption snippets mount it
+		path, h = interceptor.Guard(path, h)
+	}
+	mux.Handle(path, h)
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 1 && strings.HasSuffix(r.URL.Path, conformancev1connect.ConformanceServiceBidiStreamProcedure) {

@@ -39,7 +39,11 @@ func newGRPCServer(req *conformancev1.ServerCompatRequest, tlsConf *tls.Config, 
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	srv := grpc.NewServer(opts...)
-	conformancev1.RegisterConformanceServiceServer(srv, grpcService{delay: d})
+	var registrar grpc.ServiceRegistrar = srv
+	if eng != nil { // mounted as the adoption snippets mount it
+		registrar = grpcadapter.Guard(eng, srv)
+	}
+	conformancev1.RegisterConformanceServiceServer(registrar, grpcService{delay: d})
 	return srv, nil
 }
 

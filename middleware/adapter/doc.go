@@ -30,6 +30,17 @@
 //		return own                                //    the framework's own error, unchanged
 //	}
 //
+// Where the framework reads the request before any of the adapter's code
+// can run (it decodes the body before its interceptors, say), the adapter
+// also offers a guard that runs first and asks [Route.Absent] before
+// anything of the request is read; a hidden call then gets the
+// framework's not-found and nothing else, whatever its body, headers or
+// deadline:
+//
+//	if adapter.Resolve(eng, procedureFromPath).Absent(ctx, adapter.SurfaceRPC) {
+//		return frameworkNotFound()                //    recorded; nothing of the request read
+//	}
+//
 // Package conformance checks an adapter against every rule it could
 // break; see its RunAdapter. The README's "Writing your own adapter" walks
 // through one.

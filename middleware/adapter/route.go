@@ -27,6 +27,8 @@ type engineRoute interface {
 	Refuse(ctx context.Context, call seam.Call, err *middleware.Error) (middleware.Envelope, error)
 	Listed(ctx context.Context, surface uint8) bool
 	Actor(ctx context.Context) (middleware.Actor, error)
+	Absent(ctx context.Context, surface uint8) bool
+	Hides(ctx context.Context, surface uint8) bool
 }
 
 // Resolve returns e's route for procedure: "/package.Service/Method" for
