@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,57 +14,57 @@ import (
 )
 
 // AuditSink is a strict audit sink (middleware.WithAuditSink) that writes
-// events to agentsafe.audit_events. capability.requested and
-// capability.started are committed before Record returns, together with
-// every event batched before them, in one statement; the engine runs
-// nothing on an event that was not committed. Every other event is batched
-// and written when the batch is full, when its delay is up, before the
-// next requested or started event, or at [AuditSink.Flush].
+// events to agentsafe.audit_events. It is a middleware.BatchAuditSink:
+// the engine hands it every record waiting for it at once, and it writes
+// them in one INSERT, in order, all or none (group commit); the engine
+// runs nothing on a capability.requested or capability.started that was
+// not committed. A record is committed when RecordBatch (or Record)
+// returns nil.
 //
-// A batch that cannot be written stays queued, in order, and is tried
-// again after a backoff and with the next requested or started event: so
-// while the database is down, new calls fail AUDIT_UNAVAILABLE and the
-// trail of the calls that ran is written once it is back. Queued events
-// beyond the cap are dropped, oldest first, and counted ([AuditSink.Dropped]).
+// It stores any event the engine can produce. A text field with a NUL
+// byte or bytes that are not UTF-8 is escaped (a backslash as `\\`, each
+// such byte as `\xNN`), one longer than its limit is cut (1 KiB for ids,
+// names and codes, 16 KiB for an error, a comment or a reason, 64 KiB for a
+// stack), and a time PostgreSQL cannot represent is clamped to its range;
+// the row's altered column lists each such field ("error:escaped",
+// "stack:truncated", "at:clamped"), and is NULL when the row is exactly
+// the event. A batch PostgreSQL still refuses for a record's content fails
+// with its data exception (SQLSTATE class 22), which the engine splits to
+// isolate that record; any other failure (the database unreachable, the
+// write's deadline) fails the whole batch, which the engine keeps and
+// writes again with its next record.
+//
+// Its rows form a hash chain of its own (SPEC §15; migration 0007): each
+// has chain (the sink's, [AuditSink.Chain]), chain_seq (1, 2, 3 … without
+// gaps: a row takes its number when it is committed), prev and hash, a
+// SHA-256 over prev and every field of the row as stored. After every
+// 1,000 rows, and 10 seconds after the first row no checkpoint covers yet,
+// it writes a checkpoint row ([WithCheckpoints], [WithSigner],
+// [OnCheckpoint]); Close writes the last, which closes the chain. After a write whose reply was
+// lost it reads its chain's head before the next write and goes on from
+// there: a write that was committed is not written again. `agentsafe
+// audit verify --postgres` checks the chains.
 //
 // Rows carry no payload: the fields of middleware.Event, with NULL for
 // those an event type does not use. They are indexed for every event of an
 // execution (execution_id, seq) and every execution of an actor
 // (actor_tenant, actor_id, at of capability.requested).
 //
-// One AuditSink may serve several engines. [AuditSink.Close] writes what
-// is queued and stops the sink.
+// One AuditSink may serve several engines. [AuditSink.Close] stops it.
 type AuditSink struct {
 	pool  *pgxpool.Pool
-	cfg   auditConfig
 	chain *chainWriter
-
-	// write is held for each write, so that events reach the table in the
-	// order they came.
-	write sync.Mutex
-
-	mu       sync.Mutex
-	queue    []middleware.Event
-	timer    *time.Timer // armed while batched events wait
-	failures int         // consecutive failed writes
-	closed   bool
-
-	dropped atomic.Uint64
+	// mu is held for reading by each write, and by Close for writing, so
+	// that Close returns once the writes in progress have ended.
+	mu     sync.RWMutex
+	closed bool
 }
 
-var _ middleware.AuditSink = (*AuditSink)(nil)
+var _ middleware.BatchAuditSink = (*AuditSink)(nil)
 
-const (
-	defaultBatchSize  = 256
-	defaultBatchDelay = 100 * time.Millisecond
-	// maxQueued caps the events waiting for a write, per defaultBatchSize.
-	queuedBatches = 64
-	// writeTimeout bounds one write, so that a write the engine stopped
-	// waiting for does not hold the sink for longer.
-	writeTimeout = 5 * time.Second
-	// maxBackoff caps the pause before a failed batch is tried again.
-	maxBackoff = 5 * time.Second
-)
+// writeTimeout bounds a write whose context has no deadline (the engine's
+// always has one: its audit bound).
+const writeTimeout = 5 * time.Second
 
 // AuditOption configures [NewAuditSink].
 type AuditOption interface{ applyAudit(*auditConfig) }
@@ -75,37 +74,21 @@ type auditOption func(*auditConfig)
 func (f auditOption) applyAudit(c *auditConfig) { f(c) }
 
 type auditConfig struct {
-	batchSize int
-	delay     time.Duration
-	chain     auditchain.Config
-}
-
-// WithBatch sets when batched events are written: once size of them wait,
-// or delay after the first of them came, whichever is first. The defaults
-// are 256 events and 100ms; zero or less keeps a default. At most 64
-// batches wait while the database is unreachable.
-func WithBatch(size int, delay time.Duration) AuditOption {
-	return auditOption(func(c *auditConfig) {
-		if size > 0 {
-			c.batchSize = size
-		}
-		if delay > 0 {
-			c.delay = delay
-		}
-	})
+	chain auditchain.Config
 }
 
 // errClosed is Record's error after Close.
 var errClosed = errors.New("agentsafepg: the audit sink is closed")
 
-// NewAuditSink returns an audit sink writing to pool. It fails when the
-// database cannot be reached or lacks the schema ([Migrate] creates it).
-// The sink never closes pool; close the sink first.
+// NewAuditSink returns an audit sink writing to pool, starting a new
+// chain. It fails when the database cannot be reached or lacks the schema
+// ([Migrate] creates it), or when an option is invalid. The sink never
+// closes pool; close the sink first.
 func NewAuditSink(pool *pgxpool.Pool, opts ...AuditOption) (*AuditSink, error) {
 	if pool == nil {
 		return nil, errors.New("agentsafepg: NewAuditSink needs a pool")
 	}
-	cfg := auditConfig{batchSize: defaultBatchSize, delay: defaultBatchDelay}
+	var cfg auditConfig
 	for _, o := range opts {
 		if o != nil {
 			o.applyAudit(&cfg)
@@ -119,133 +102,61 @@ func NewAuditSink(pool *pgxpool.Pool, opts ...AuditOption) (*AuditSink, error) {
 	if err := checkSchema(ctx, pool, schemaVersion); err != nil {
 		return nil, err
 	}
-	return &AuditSink{pool: pool, cfg: cfg, chain: newChainWriter(pool, cfg.chain)}, nil
+	return &AuditSink{pool: pool, chain: newChainWriter(pool, cfg.chain)}, nil
 }
 
 // Chain is the id of the sink's hash chain: "chn_", the time the sink was
 // made, and 128 random bits.
 func (s *AuditSink) Chain() string { return s.chain.w.ID() }
 
-// Record implements middleware.AuditSink. For capability.requested and
-// capability.started it returns once the event, and every event queued
-// before it, is committed, or with the error that kept them from it; any
-// other event is queued for the next write and Record returns nil (or
-// the error of the write a full batch started).
+// Record implements middleware.AuditSink: it writes e, and returns once
+// it is committed or with the error that kept it from that.
 func (s *AuditSink) Record(ctx context.Context, e middleware.Event) error {
-	if e.Type == middleware.EventRequested || e.Type == middleware.EventStarted {
-		return s.flush(ctx, &e)
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errClosed
-	}
-	s.queue = append(s.queue, e)
-	s.trim()
-	full := len(s.queue) >= s.cfg.batchSize
-	if !full && s.timer == nil {
-		s.timer = time.AfterFunc(s.cfg.delay, s.flushLater)
-	}
-	s.mu.Unlock()
-	if full {
-		return s.flush(ctx, nil)
-	}
-	return nil
+	return s.RecordBatch(ctx, []middleware.Event{e})
 }
 
-// Flush writes every queued event now.
-func (s *AuditSink) Flush(ctx context.Context) error { return s.flush(ctx, nil) }
-
-// Close writes every queued event and stops the sink: a later Record
-// fails. It returns the error of that last write; the events it could not
-// write are lost. Closing a closed sink is a no-op.
-func (s *AuditSink) Close(ctx context.Context) error {
-	s.mu.Lock()
+// RecordBatch implements middleware.BatchAuditSink: it writes events in
+// one statement, in order (with a checkpoint row when one is due), and
+// returns once they are committed or with the error that kept them all
+// from that.
+func (s *AuditSink) RecordBatch(ctx context.Context, events []middleware.Event) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	err := errors.Join(s.flush(ctx, nil), s.chain.close(ctx))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopTimer()
-	if n := len(s.queue); n > 0 {
-		s.dropped.Add(uint64(n))
-		s.queue = nil
-	}
-	return err
-}
-
-// Dropped reports how many events the sink lost: queued beyond its cap
-// while the database was unreachable, or left unwritten at Close.
-func (s *AuditSink) Dropped() uint64 { return s.dropped.Load() }
-
-// flushLater is the timer's write.
-func (s *AuditSink) flushLater() { _ = s.flush(context.Background(), nil) } // a failure re-arms the timer
-
-// flush writes the queued events and then last, if any, in one statement.
-// On failure the queued events go back to the front of the queue, and the
-// timer tries again after a backoff; last is not kept (its caller learns
-// it was not recorded).
-func (s *AuditSink) flush(ctx context.Context, last *middleware.Event) error {
-	s.write.Lock()
-	defer s.write.Unlock()
-	s.mu.Lock()
-	if s.closed && last != nil {
-		s.mu.Unlock()
 		return errClosed
-	}
-	batch := s.queue
-	s.queue = nil
-	s.stopTimer()
-	s.mu.Unlock()
-	events := batch
-	if last != nil {
-		events = append(events[:len(events):len(events)], *last)
 	}
 	if len(events) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	err := s.insert(ctx, events)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+	}
+	return s.chain.write(ctx, events)
+}
+
+// Close stops the sink once the writes in progress have ended, and
+// writes the chain's last checkpoint row (type audit.close), so that the
+// whole chain is attested and a row added after it is found inserted: a
+// later Record or RecordBatch
+// fails, so that nothing runs on a record the sink will not write. Every
+// record it accepted is committed. Close it after the servers whose
+// engines use it have shut down: the engine hands the sink each record as
+// it comes, and a record it hands over after Close is lost. It returns
+// the error of the last checkpoint's write. Closing a closed sink is a
+// no-op.
+func (s *AuditSink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err == nil {
-		s.failures = 0
+	if s.closed {
 		return nil
 	}
-	s.queue = append(batch, s.queue...)
-	s.trim()
-	if len(s.queue) > 0 && !s.closed {
-		s.failures++
-		s.stopTimer()
-		s.timer = time.AfterFunc(min(s.cfg.delay<<min(s.failures, 16), maxBackoff), s.flushLater)
+	s.closed = true
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
 	}
-	return err
-}
-
-// trim drops the oldest queued events beyond the cap; s.mu is held.
-func (s *AuditSink) trim() {
-	if over := len(s.queue) - queuedBatches*s.cfg.batchSize; over > 0 {
-		s.dropped.Add(uint64(over))
-		clear(s.queue[:over])
-		s.queue = s.queue[over:]
-	}
-}
-
-// stopTimer disarms the batch timer; s.mu is held.
-func (s *AuditSink) stopTimer() {
-	if s.timer != nil {
-		s.timer.Stop()
-		s.timer = nil
-	}
-}
-
-// insert writes events as the next rows of the sink's chain, in one
-// statement.
-func (s *AuditSink) insert(ctx context.Context, events []middleware.Event) error {
-	return s.chain.write(ctx, events)
+	return s.chain.close(ctx)
 }

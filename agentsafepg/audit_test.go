@@ -73,7 +73,7 @@ func secretInput(n int) adapter.Input {
 func TestAuditSinkRecordsTheTrail(t *testing.T) {
 	ctx := t.Context()
 	pool := migrated(t)
-	sink := finals{openAudit(t, pool), make(chan string, 16)}
+	sink := newFinals(openAudit(t, pool))
 	eng := newEngine(t, openApprovals(t, pool), middleware.WithAuditSink(sink))
 
 	env, err := execute(ctx, eng, secretInput(1), "", func(context.Context) (any, error) { return nil, errors.New("must not run") })
@@ -154,38 +154,58 @@ func TestAuditIndexes(t *testing.T) {
 	}
 }
 
-// finals is a strict audit sink that says when the sink it wraps got an
-// execution's final event.
+// finals is a strict audit sink that says when the sink it wraps was
+// handed an execution's final event, and whether it committed it.
 type finals struct {
 	*agentsafepg.AuditSink
-	ch chan string
+	ch chan final
 }
 
+type final struct {
+	execution string
+	committed bool
+}
+
+func newFinals(s *agentsafepg.AuditSink) finals { return finals{s, make(chan final, 64)} }
+
 func (f finals) Record(ctx context.Context, e middleware.Event) error {
-	err := f.AuditSink.Record(ctx, e)
-	if e.Type.Final() {
-		f.ch <- e.ExecutionID
+	return f.RecordBatch(ctx, []middleware.Event{e})
+}
+
+func (f finals) RecordBatch(ctx context.Context, events []middleware.Event) error {
+	err := f.AuditSink.RecordBatch(ctx, events)
+	for _, e := range events {
+		if e.Type.Final() {
+			f.ch <- final{e.ExecutionID, err == nil}
+		}
 	}
 	return err
 }
 
-// waitFinal waits until the sink got execution's final event (the engine
-// hands events to it through its own queue), then flushes it.
+// waitFinal waits until the sink committed execution's final event (the
+// engine hands events to it through its own queue).
 func (f finals) waitFinal(t testing.TB, execution string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
+	f.wait(t, execution, true)
+}
+
+// waitFinalQueued waits until the sink was handed execution's final
+// event, committed or not.
+func (f finals) waitFinalQueued(t testing.TB, execution string) {
+	t.Helper()
+	f.wait(t, execution, false)
+}
+
+func (f finals) wait(t testing.TB, execution string, committed bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
 	for {
 		select {
-		case id := <-f.ch:
-			if id != execution {
-				continue
+		case got := <-f.ch:
+			if got.execution == execution && (got.committed || !committed) {
+				return
 			}
-			if err := f.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			return
-		case <-ctx.Done():
+		case <-timeout:
 			t.Fatalf("execution %s: the sink never got its final event", execution)
 		}
 	}
@@ -207,13 +227,14 @@ func count(t testing.TB, pool *pgxpool.Pool) int {
 	return n
 }
 
-// TestAuditSinkWritesRequestedAndStartedSynchronously: requested and
-// started are committed when Record returns, with every event batched
-// before them, in order; other events wait for their batch.
-func TestAuditSinkWritesRequestedAndStartedSynchronously(t *testing.T) {
+// TestAuditSinkCommitsBeforeItReturns: Record and RecordBatch return once
+// their events are committed (another session sees them), in order; after
+// Close they fail, so that nothing runs on a record the sink will not
+// write.
+func TestAuditSinkCommitsBeforeItReturns(t *testing.T) {
 	ctx := t.Context()
 	pool := migrated(t)
-	sink := openAudit(t, pool, agentsafepg.WithBatch(100, time.Hour))
+	sink := openAudit(t, pool)
 	other := newPool(t, pool.Config().ConnString()) // another session sees only what is committed
 
 	if err := sink.Record(ctx, event(middleware.EventRequested, "exe_1")); err != nil {
@@ -222,96 +243,32 @@ func TestAuditSinkWritesRequestedAndStartedSynchronously(t *testing.T) {
 	if n := count(t, other); n != 1 {
 		t.Fatalf("requested must be committed when Record returns: %d rows", n)
 	}
-	for _, typ := range []middleware.EventType{middleware.EventApprovalConsumed, middleware.EventRetried} {
-		if err := sink.Record(ctx, event(typ, "exe_1")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := count(t, other); n != 1 {
-		t.Errorf("other events wait for their batch: %d rows after two of them", n)
-	}
-	if err := sink.Record(ctx, event(middleware.EventStarted, "exe_1")); err != nil {
+	batch := []middleware.Event{event(middleware.EventApprovalConsumed, "exe_1"), event(middleware.EventStarted, "exe_1"), event(middleware.EventCompleted, "exe_1")}
+	if err := sink.RecordBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	got := types(trail(t, other, "exe_1"))
-	if want := []string{"capability.requested", "capability.approval_consumed", "capability.retried", "capability.started"}; !slices.Equal(got, want) {
-		t.Errorf("started must be committed with the batch before it, in order: %v; want %v", got, want)
-	}
-	if err := sink.Record(ctx, event(middleware.EventCompleted, "exe_1")); err != nil {
-		t.Fatal(err)
+	if want := []string{"capability.requested", "capability.approval_consumed", "capability.started", "capability.completed"}; !slices.Equal(got, want) {
+		t.Errorf("a batch is committed when RecordBatch returns, in order: %v; want %v", got, want)
 	}
 	if err := sink.Close(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if n := count(t, other); n != 5 {
-		t.Errorf("Close writes what is queued: %d rows, want 5", n)
 	}
 	if err := sink.Record(ctx, event(middleware.EventRequested, "exe_2")); err == nil {
 		t.Error("Record after Close must fail: nothing may run on an event the sink will not record")
 	}
 }
 
-// TestAuditSinkWritesAFullBatch: the batch is written when it is full,
-// without waiting for its delay.
-func TestAuditSinkWritesAFullBatch(t *testing.T) {
-	ctx := t.Context()
-	pool := migrated(t)
-	sink := openAudit(t, pool, agentsafepg.WithBatch(3, time.Hour))
-	for i, typ := range []middleware.EventType{middleware.EventApprovalConsumed, middleware.EventRetried, middleware.EventCompleted} {
-		if n := count(t, pool); n != 0 {
-			t.Fatalf("after %d batched events of 3: %d rows", i, n)
-		}
-		if err := sink.Record(ctx, event(typ, "exe_1")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := count(t, pool); n != 3 {
-		t.Errorf("a full batch is written at once: %d rows, want 3", n)
-	}
-}
-
-// TestAuditSinkWritesABatchAfterItsDelay: a batch that never fills is
-// written after its delay.
-func TestAuditSinkWritesABatchAfterItsDelay(t *testing.T) {
-	ctx := t.Context()
-	pool := migrated(t)
-	sink := openAudit(t, pool, agentsafepg.WithBatch(100, 20*time.Millisecond))
-	if err := sink.Record(ctx, event(middleware.EventCompleted, "exe_1")); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	// The row's insert wakes this session through LISTEN/NOTIFY, so the
-	// test waits for the write itself, not for a guess of how long it takes.
-	if _, err := conn.Exec(ctx, `LISTEN audit_written;
-		CREATE FUNCTION notify_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('audit_written', NEW.type); RETURN NEW; END $$;
-		CREATE TRIGGER notify_audit AFTER INSERT ON agentsafe.audit_events FOR EACH ROW EXECUTE FUNCTION notify_audit()`); err != nil {
-		t.Fatal(err)
-	}
-	if count(t, pool) == 0 {
-		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if _, err := conn.Conn().WaitForNotification(wait); err != nil {
-			t.Fatalf("a batch that never fills must be written after its delay: %v", err)
-		}
-	}
-	if n := count(t, pool); n != 1 {
-		t.Errorf("after the delay: %d rows, want 1", n)
-	}
-}
-
 // TestAuditSinkFailsClosedWhenPostgresStops: with the database down, a
 // requested event fails, so the engine runs nothing (AUDIT_UNAVAILABLE);
-// the events queued meanwhile are written once it is back, before the
-// next requested event.
+// the events queued meanwhile (the end of a call that was running, the
+// refused call's failure) are written once it is back, with the next
+// requested event; nothing is dropped.
 func TestAuditSinkFailsClosedWhenPostgresStops(t *testing.T) {
 	ctx := t.Context()
 	srv := startMigrated(t)
 	pool := quickPool(t, srv.URL())
-	sink := finals{openAudit(t, pool, agentsafepg.WithBatch(100, time.Hour)), make(chan string, 16)}
+	sink := newFinals(openAudit(t, pool))
 	reg := middleware.NewRegistry().Register(refund, middleware.Capability{SideEffect: middleware.SideEffectExternal})
 	eng, err := middleware.New(reg, middleware.WithAuditSink(sink), middleware.WithProtoFiles(nil),
 		middleware.WithActor(func(context.Context) (middleware.Actor, error) { return agent, nil }))
@@ -321,12 +278,27 @@ func TestAuditSinkFailsClosedWhenPostgresStops(t *testing.T) {
 	ran := 0
 	handler := func(context.Context) (any, error) { ran++; return "refunded", nil }
 
-	before, err := execute(ctx, eng, secretInput(1), "", handler)
-	if err != nil {
+	// The first call runs while PostgreSQL stops: its completed event
+	// comes when the database is down, and waits for it.
+	started, release := make(chan struct{}), make(chan struct{})
+	var before middleware.Envelope
+	returned := make(chan error)
+	go func() {
+		var err error
+		before, err = execute(ctx, eng, secretInput(1), "", func(ctx context.Context) (any, error) {
+			close(started)
+			<-release
+			return handler(ctx)
+		})
+		returned <- err
+	}()
+	<-started
+	srv.Stop()
+	close(release)
+	if err := <-returned; err != nil {
 		t.Fatal(err)
 	}
-	sink.waitFinalQueued(t, before.ExecutionID) // completed waits in the batch
-	srv.Stop()
+	sink.waitFinalQueued(t, before.ExecutionID) // its write failed
 	down, err := execute(ctx, eng, secretInput(2), "", handler)
 	if middleware.CodeOf(err) != middleware.CodeAuditUnavailable || ran != 1 {
 		t.Fatalf("with PostgreSQL down a call must fail AUDIT_UNAVAILABLE and run nothing: %v, %d runs", err, ran)
@@ -339,59 +311,27 @@ func TestAuditSinkFailsClosedWhenPostgresStops(t *testing.T) {
 		t.Fatalf("once PostgreSQL is back, the same engine and sink must work again: %v, %d runs", err, ran)
 	}
 	if got, want := types(trail(t, pool, before.ExecutionID)), []string{"capability.requested", "capability.started", "capability.completed"}; !slices.Equal(got, want) {
-		t.Errorf("the events queued before the stop are written once it is back: %v; want %v", got, want)
+		t.Errorf("the events of a call that ran are written once PostgreSQL is back: %v; want %v", got, want)
 	}
 	down1 := trail(t, pool, down.ExecutionID)
 	if got, want := types(down1), []string{"capability.failed"}; !slices.Equal(got, want) || down1[0].Code == nil || *down1[0].Code != "AUDIT_UNAVAILABLE" {
 		t.Errorf("the refused call's failure is written once it is back (its requested event was never recorded): %v", down1)
 	}
-	sink.waitFinalQueued(t, after.ExecutionID)
-	if err := sink.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	sink.waitFinal(t, after.ExecutionID)
 	if got := types(trail(t, pool, after.ExecutionID)); len(got) != 3 {
 		t.Errorf("the call after the restart: %v", got)
 	}
-	if sink.Dropped() != 0 {
-		t.Errorf("no event was dropped: %d", sink.Dropped())
+	if st := auditStats(eng); st.Dropped != 0 {
+		t.Errorf("no event was dropped: %+v", st)
 	}
 }
 
-// waitFinalQueued waits until the sink got execution's final event,
-// without flushing.
-func (f finals) waitFinalQueued(t testing.TB, execution string) {
-	t.Helper()
-	for {
-		select {
-		case id := <-f.ch:
-			if id == execution {
-				return
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("execution %s: the sink never got its final event", execution)
+// auditStats is the delivery of eng's strict audit sink.
+func auditStats(eng *middleware.Engine) middleware.SinkStats {
+	for _, st := range eng.Stats().Sinks {
+		if strings.HasPrefix(st.Sink, "audit:") {
+			return st
 		}
 	}
-}
-
-// TestAuditSinkCountsWhatItDrops: while the database is unreachable the
-// queue is capped (64 batches), the oldest events go first, and every
-// lost event is counted, those left at Close included.
-func TestAuditSinkCountsWhatItDrops(t *testing.T) {
-	ctx := t.Context()
-	pool := migrated(t)
-	sink := openAudit(t, pool, agentsafepg.WithBatch(2, time.Hour))
-	pool.Close() // unreachable from now on
-	const events = 200
-	for range events {
-		_ = sink.Record(ctx, event(middleware.EventCompleted, "exe_1")) // each full batch fails to write
-	}
-	if got, want := sink.Dropped(), uint64(events-64*2); got != want {
-		t.Errorf("beyond the cap of 64 batches the oldest events are dropped and counted: %d dropped, want %d", got, want)
-	}
-	if err := sink.Close(ctx); err == nil {
-		t.Error("Close must report the write it could not make")
-	}
-	if got := sink.Dropped(); got != events {
-		t.Errorf("events left unwritten at Close are counted too: %d dropped, want %d", got, events)
-	}
+	panic("the engine has no strict audit sink")
 }

@@ -70,10 +70,22 @@
 //
 // # Audit
 //
-// [AuditSink] is a strict audit sink (middleware.WithAuditSink): it
-// writes capability.requested and capability.started before it returns —
-// nothing runs on an event that is not committed — and batches every other
-// event. Rows carry no payload and are indexed for the two questions an
-// audit asks: every event of one execution, and every execution of one
-// actor.
+// [AuditSink] is a strict audit sink (middleware.WithAuditSink) and a
+// middleware.BatchAuditSink: the engine hands it every record waiting for
+// it at once, and it commits them in one INSERT, all or none (group
+// commit); nothing runs on a capability.requested or capability.started
+// that is not committed. It stores any event the engine can produce: a
+// field with a NUL byte or bytes that are not UTF-8 is escaped (a
+// backslash as `\\`, each such byte as `\xNN`; undoing the escapes gives
+// the original bytes), one longer than its limit is cut (ids and names 1
+// KiB, an error, comment or reason 16 KiB, a stack 64 KiB), and a time
+// beyond PostgreSQL's range is clamped; the row's altered column lists
+// those fields ("error:escaped", "stack:truncated", "at:clamped") and is
+// NULL for a row that is exactly its event. A batch PostgreSQL still
+// refuses for one row fails with its data exception (SQLSTATE class 22),
+// which the engine splits to isolate that row; if the database is
+// unreachable the whole batch fails, and the engine writes its queued
+// records again with its next one. Rows carry no payload and are indexed
+// for the two questions an audit asks: every event of one execution, and
+// every execution of one actor.
 package agentsafepg

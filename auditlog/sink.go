@@ -56,8 +56,8 @@ type Sink struct {
 }
 
 var (
-	_ middleware.AuditSink = (*Sink)(nil)
-	_ middleware.EventSink = (*Sink)(nil)
+	_ middleware.BatchAuditSink = (*Sink)(nil)
+	_ middleware.EventSink      = (*Sink)(nil)
 )
 
 // ErrClosed is the error of a write after Close.

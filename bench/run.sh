@@ -26,6 +26,9 @@ run go test -run '^$' -bench '^(BenchmarkConnectUnary|BenchmarkGRPCUnary|Benchma
 	-benchtime 10000x -count "$count" . >"$out/rpc.txt"
 # The load curve: Connect bare vs governed at 1, 8, 64 and 256 callers.
 run go test -run '^$' -bench '^BenchmarkConnectLoad$' -benchtime 3000x -count "$count" . >"$out/load.txt"
+# Strict audit under load: 64 callers against a sink that takes 5 ms a
+# write, group commit (BatchAuditSink) vs one record a write.
+run go test -run '^$' -bench '^BenchmarkStrictAudit$' -benchtime 3000x -count "$count" . >"$out/audit.txt"
 # 10,000 executions, 10,000 abandoned attempts, heap per in-flight call.
 run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
 # Approval consumption on real Redis.
@@ -48,6 +51,8 @@ run ./redis.sh >"$out/redis.txt"
 	benchstat -col '/impl@(bare agentsafe)' -filter '.name:(NetHTTP OR NetHTTPLoopback)' "$out/rpc.txt"
 	echo '## Load curve'
 	benchstat -col '/server@(bare agentsafe)' "$out/load.txt"
+	echo '## Strict audit under load'
+	benchstat -col '/sink@(record batch)' "$out/audit.txt"
 } >"$out/benchstat.txt" 2>&1
 # Every ratio against its goal: medians of the runs, wall time (ns/op)
 # and the process's CPU time (cpu-ns/op).
@@ -74,4 +79,4 @@ ratios() {
 	ratios rpc.txt BenchmarkNetHTTPLoopback/body=64KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=64KiB/impl=bare 'net/http loopback, 64 KiB / bare' '<=1.1'
 } >"$out/ratios.md"
 run go run ./cmd/loadplot "$out/load.txt" load.svg >"$out/load.md"
-echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/scale.txt, $out/redis.txt, load.svg" >&2
+echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/scale.txt, $out/redis.txt, load.svg" >&2

@@ -82,6 +82,15 @@ func capabilities() map[Fixture]middleware.Capability {
 // specification: one named subtest per rule an adapter can break, each
 // against a server the harness starts. A failure message names the rule.
 //
+// The rules run twice: with the fixtures' capabilities as listed, and
+// under "Inline/" with every one of them declared Inline
+// ([middleware.Capability].Inline), whose attempts run on the serving
+// goroutine. What Inline changes has rules of its own in place of those
+// about abandoned attempts: a handler that ignores its context holds the
+// call until it returns, its late result is discarded, recorded at once
+// and reported as capability.deadline_overrun, and no abandoned_result
+// follows.
+//
 // A harness that implements [InProcess] runs every rule inside a
 // testing/synctest bubble, on a fake clock.
 func RunAdapter(t *testing.T, h Harness) {
@@ -90,11 +99,21 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	for _, r := range slices.Concat(adapterRules, policyRules, absentRules, keyRules, hintRules, outcomeRules, wireRules) {
+	rules := slices.Concat(adapterRules, policyRules, absentRules, keyRules, hintRules, outcomeRules, wireRules, inlineRules)
+	runRules(t, h, rules, inProcess, false)
+	t.Run("Inline", func(t *testing.T) { runRules(t, h, rules, inProcess, true) })
+}
+
+func runRules(t *testing.T, h Harness, rules []adapterRule, inProcess, inline bool) {
+	t.Helper()
+	for _, r := range rules {
+		if r.variant == inlineOnly && !inline || r.variant == notInline && inline {
+			continue
+		}
 		t.Run(r.name, func(t *testing.T) {
 			skip := ""
 			rule := func(t *testing.T) {
-				s := newSuite(t, h, r)
+				s := newSuite(t, h, r, inline)
 				if skip = r.skip(s); skip != "" {
 					return
 				}
@@ -135,7 +154,7 @@ type suite struct {
 	reconcileState
 }
 
-func newSuite(t *testing.T, h Harness, r adapterRule) *suite {
+func newSuite(t *testing.T, h Harness, r adapterRule, inline bool) *suite {
 	s := &suite{T: t, h: h, runs: map[string][]middleware.Execution{}, started: map[string]chan struct{}{}, returned: map[string]chan struct{}{}}
 	caps := capabilities()
 	if r.capabilities != nil {
@@ -144,6 +163,7 @@ func newSuite(t *testing.T, h Harness, r adapterRule) *suite {
 	reg := middleware.NewRegistry()
 	for f, c := range caps {
 		c.Exposure = everywhere
+		c.Inline = inline // a stream's too, which it must not change
 		reg.Register(h.Procedure(f), c)
 	}
 	rec := &agentsafetest.Recorder{}
@@ -363,7 +383,22 @@ type adapterRule struct {
 	results bool
 	// spelling marks a rule about how the Idempotency-Key header is spelt.
 	spelling bool
+	// variant says with which capabilities the rule runs: as listed,
+	// Inline, or both (the zero value).
+	variant variant
 }
+
+// variant is which of RunAdapter's runs a rule belongs to.
+type variant uint8
+
+const (
+	bothVariants variant = iota
+	// notInline: a rule about attempts abandoned at their deadline, which
+	// Inline attempts never are.
+	notInline
+	// inlineOnly: a rule about what Inline changes.
+	inlineOnly
+)
 
 // skip says why the rule does not apply to the harness, or "".
 func (r adapterRule) skip(s *suite) string {
@@ -427,7 +462,7 @@ var adapterRules = []adapterRule{
 			s.Errorf("%s: envelope %+v, want status cancelled and retryable for a read", rule, r.Envelope)
 		}
 	}},
-	{name: "Timeout/a handler that ignores its context is reported at the deadline", check: func(s *suite) {
+	{name: "Timeout/a handler that ignores its context is reported at the deadline", variant: notInline, check: func(s *suite) {
 		const rule = "bounded reporting: TIMEOUT at the deadline, the late result discarded"
 		req := s.request(ModeIgnore)
 		start := time.Now()

@@ -14,14 +14,17 @@ var sink any
 func noop(context.Context) (any, error) { return nil, nil }
 
 // BenchmarkGoverned compares one governed no-op call with calling the
-// function directly; report both with -benchmem and compare in one run.
+// function directly, and an Inline capability's call with the default
+// one; report them with -benchmem and compare in one run.
 func BenchmarkGoverned(b *testing.B) {
-	eng, err := middleware.New(middleware.NewRegistry().
-		Register(procRead, middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}}), middleware.WithProtoFiles(nil))
+	c := middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}}
+	inline := c
+	inline.Inline = true
+	eng, err := middleware.New(middleware.NewRegistry().Register(procRead, c).Register(procWrite, inline), middleware.WithProtoFiles(nil))
 	if err != nil {
 		b.Fatal(err)
 	}
-	call := call{Procedure: procRead}
+	call, inlineCall := call{Procedure: procRead}, call{Procedure: procWrite}
 	ctx := context.Background()
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
@@ -41,6 +44,20 @@ func BenchmarkGoverned(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			sink, _, _ = execute(eng, ctx, call, noop)
+		}
+	})
+	b.Run("engine-inline", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sink, _, _ = execute(eng, ctx, inlineCall, noop)
+		}
+	})
+	b.Run("engine-inline-cancelable-ctx", func(b *testing.B) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		b.ReportAllocs()
+		for b.Loop() {
+			sink, _, _ = execute(eng, ctx, inlineCall, noop)
 		}
 	})
 	transient := middleware.Retryable(errors.New("transient"))

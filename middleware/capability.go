@@ -135,6 +135,22 @@ type Capability struct {
 	// consumed, and is IDEMPOTENCY_IN_DOUBT otherwise. Nil, the default: a
 	// repeat of a key in doubt is IDEMPOTENCY_IN_DOUBT.
 	Reconcile func(ctx context.Context, key string) (Reconciled, error)
+	// Inline declares that the handler honours its context — it returns
+	// soon after the context ends, as database/sql, pgx and net/http
+	// clients given the context do — so that unary attempts run on the
+	// caller's goroutine, with no hand-off to an attempt goroutine. What
+	// changes: an attempt is never abandoned, so the execution finalizes
+	// when the handler returns, however late; a result returned after the
+	// attempt's context ended is still discarded (TIMEOUT or CANCELLED) and
+	// recorded at once, late, by a consumed approval or a caller's key, and
+	// no [EventAbandonedResult] follows; an attempt that returns more than
+	// [Defaults].OverrunGrace after its context ended emits
+	// [EventDeadlineOverrun] and a rate-limited warning, so a handler that
+	// breaks the promise is found. Retries, backoff, panics and
+	// cancellation are as without it; streams are unaffected. The default,
+	// false, gives every attempt a goroutine of its own, so that a handler
+	// that ignores its context cannot hold the caller past its deadline.
+	Inline bool
 }
 
 // Exposed reports whether the capability is served on s.

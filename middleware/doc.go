@@ -64,15 +64,55 @@
 //     capability is none/read or declared Idempotent, Retry.RetryOn does not
 //     veto, and the caller's deadline outlasts the backoff. A write-like
 //     capability never has two attempts running at once. The caller's
-//     cancellation is terminal, backoff included.
+//     cancellation is terminal, backoff included. An Inline capability
+//     runs its attempts on the caller's goroutine instead (see below).
 //  6. Finalize, exactly once: one envelope, one final event
 //     (capability.completed, .failed or .cancelled).
-//  7. Sinks receive the events through queues of their own ([WithEventSink]).
+//  7. Sinks receive the events through queues of their own ([WithEventSink]),
+//     or on the execution's goroutine ([SinkInline]).
 //
 // Handlers learn their execution id, idempotency key, attempt number, actor
 // and approval through [ExecutionFromContext]. The idempotency key is stable
 // across runtime retries and unique across executions: pass it to the
 // system where the effect lives. Exactly-once effects are not promised.
+//
+// # Inline: no hand-off, for handlers that honour their context
+//
+// Running each attempt on a goroutine of its own is what lets the engine
+// answer at the deadline even when the handler ignores its context; it
+// costs a hand-off per call (about 1.7µs of CPU on a small machine). A
+// handler that honours its context does not need it. Declare such a
+// capability [Capability].Inline (or inline: true in the method option)
+// and its unary attempts run on the caller's goroutine.
+//
+// Choose Inline for handlers you have read and that pass their context to
+// everything that waits: database/sql's QueryContext and ExecContext, pgx
+// (every call takes the context), net/http clients with
+// http.NewRequestWithContext, gRPC and Connect clients, time.After
+// replaced by a select on ctx.Done(). Leave it off for handlers that call
+// libraries that take no context, sleep, or hold locks across slow work.
+//
+// What is lost: bounded reporting rests on the handler. The engine waits
+// for an Inline handler however late it returns, so one that ignores its
+// context holds its caller (and its abandoned-attempt cap no longer
+// applies: nothing is abandoned). Everything else holds: a result
+// returned after the attempt's context ended is discarded and the call is
+// TIMEOUT or CANCELLED as before; because that late result is known when
+// the execution finalizes, a consumed approval and a caller's key record
+// it at once (late, never in_doubt) and no capability.abandoned_result
+// follows; panics are recovered; retries, backoff, the write-like rule
+// and cancellation are unchanged; streams are unaffected.
+//
+// How a broken promise is found: an Inline attempt that returns more than
+// [Defaults].OverrunGrace (100ms) after its context ended emits
+// capability.deadline_overrun {Attempt, Duration: the overrun} before the
+// final event, and the engine's logger warns, at most once a minute per
+// procedure. Alert on either, and take Inline off the procedure until its
+// handler is fixed. Turning Inline on is widening for the drift gate
+// (cmd/agentsafe check), so a review sees it.
+//
+// [SinkInline] makes the same trade for an event sink that never blocks:
+// no worker and no queue, and its time counts in the call's.
 //
 // # Errors
 //
@@ -85,6 +125,22 @@
 // ([WithClassifier]). On the wire, an envelope's Retryable means "safe for
 // the caller to re-invoke", which a runtime-retryable TIMEOUT of a
 // non-idempotent write is not.
+//
+// # Strict audit
+//
+// With [WithAuditSink], capability.requested and capability.started are
+// stored before a call goes on: no record, no effect (AUDIT_UNAVAILABLE).
+// The sink's writes are made by one worker, in order; a [BatchAuditSink]
+// gets every record waiting for it in one RecordBatch, all or none, so
+// concurrent calls share a write (package agentsafepg's sink is one
+// INSERT a batch). One record's content never fails another's call: the
+// sink says which record it cannot store (a [*BatchError], or a database
+// error in SQLSTATE class 22), and the engine splits the batch until that
+// record is alone; only that record's call fails, or, for a record
+// nobody waits for, it is counted as dropped ([Engine.Stats]). A
+// transient failure keeps a BatchAuditSink's queued records for the next
+// write. A record whose call gave up waiting is never written, and a
+// queue that falls behind refuses new calls at once.
 //
 // # Testing
 //

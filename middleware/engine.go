@@ -57,6 +57,9 @@ type capability struct {
 	// abandoned counts attempts left behind at their deadline that have not
 	// returned yet.
 	abandoned atomic.Int64
+	// overrunWarned is when the engine last warned that an Inline attempt
+	// overran its deadline (unix nanoseconds; 0: never).
+	overrunWarned atomic.Int64
 	// route is what adapters resolve the procedure to.
 	route *route
 }
@@ -106,8 +109,10 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	e.observed = len(sinks) > 0 || e.traceSink != nil
 	for _, sc := range sinks {
 		q := newSinkQueue(sc.name, sc.call, sc.timeout, sc.queue, cfg.logger)
+		q.inline = sc.inline
 		e.sinks = append(e.sinks, q)
-		if sc.audit {
+		if sc.audit != nil {
+			q.audit = newAuditWriter(sc.audit)
 			e.audit = q
 		}
 	}

@@ -32,6 +32,11 @@ const (
 	// after the caller was told TIMEOUT. An attempt that returns its
 	// context's error stopped because it was told to and is not reported.
 	EventAbandonedResult EventType = "capability.abandoned_result"
+	// EventDeadlineOverrun reports that an attempt of an Inline capability
+	// returned more than [Defaults].OverrunGrace after its context ended:
+	// its handler did not honour its context, and held the caller for
+	// Duration past the attempt's end. It precedes the final event.
+	EventDeadlineOverrun EventType = "capability.deadline_overrun"
 	// EventReplayed is the final event of an execution answered with a
 	// stored result (its ReplayOf names the execution that produced it):
 	// nothing ran.
@@ -60,14 +65,17 @@ type Event struct {
 	SideEffect  SideEffect
 	Risk        Risk
 	// Attempt is the attempt an event is about (started, retried,
-	// abandoned_result); Attempts the count on final events.
+	// deadline_overrun, abandoned_result); Attempts the count on final
+	// events.
 	Attempt           int
 	Attempts          int
 	PreviousErrorCode Code
 	Code              Code
 	Retryable         bool
-	// Duration is the execution's on final events, and on approved and
-	// rejected how long the record waited for the decision (store clock).
+	// Duration is the execution's on final events, on approved and
+	// rejected how long the record waited for the decision (store clock),
+	// and on deadline_overrun how long after its context ended the
+	// attempt returned (the overrun).
 	Duration   time.Duration
 	ApprovalID string
 	Approver   ActorRef

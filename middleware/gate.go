@@ -228,14 +228,15 @@ func (x *execution) storeError(err error) *Error {
 // even when the caller has left. An execution that left its last attempt
 // running records in_doubt ("it may have run"), never failed: that attempt
 // records its own result when it returns (recordLate), and one that has
-// already returned is recorded with its own result, late. A failure leaves
+// already returned — or an Inline attempt that returned after its context
+// ended — is recorded with its own result, late. A failure leaves
 // the record to turn in_doubt after its lease, which List and Get report:
 // visible, not silent.
 func (x *execution) recordOutcome(code Code) {
 	x.mu.Lock()
 	x.final = true // from here on, a late attempt records itself
 	last := x.last
-	left := last != nil && last.abandoned
+	left := last != nil && (last.abandoned || last.returnedLate) // or an Inline attempt that returned late
 	late, returned := Code(0), false
 	if left {
 		late, returned = last.late, last.returnedLate

@@ -114,6 +114,12 @@ func TestAHiddenCallsRequestedGoesThroughTheAuditQueue(t *testing.T) {
 					t.Fatalf("the hidden call waited %s for the audit sink: its requested goes through the queue", waited)
 				}
 				f.wantTypes(env.ExecutionID, middleware.EventRequested, middleware.EventFailed)
+				if tc.sink.stallOn != "" {
+					// The stalled write outlasts its bound: the watchdog
+					// hands the queue to a fresh worker, which must idle
+					// out before the bubble ends.
+					time.Sleep(2 * time.Second)
+				}
 				if tc.sink.failOn == "" && tc.sink.stallOn == "" {
 					time.Sleep(time.Millisecond) // let the sink's worker deliver
 					got := tc.sink.rec.Events()

@@ -24,6 +24,7 @@ type config struct {
 	jitter         time.Duration
 	defaultExpiry  time.Duration
 	maxAbandoned   int
+	overrunGrace   time.Duration
 	strict         bool
 	actor          func(context.Context) (Actor, error)
 	classify       func(error) bool
@@ -56,6 +57,7 @@ func defaultConfig() config {
 		maxBackoff:     30 * time.Second,
 		defaultExpiry:  15 * time.Minute,
 		maxAbandoned:   100,
+		overrunGrace:   100 * time.Millisecond,
 		quota:          store.ResultQuota{Records: 1000, Bytes: 64 << 20},
 		classify:       DefaultClassifier,
 		redact:         func(err error) string { return err.Error() },
@@ -99,6 +101,10 @@ type Defaults struct {
 	// Idempotency-Key is replayed, and a key in doubt kept (see
 	// [WithResultStore]): 24h. A dedup window keeps its own.
 	ResultRetention time.Duration
+	// OverrunGrace is how long after its context ended an attempt of an
+	// Inline capability may return before the engine reports it with
+	// [EventDeadlineOverrun] and a warning: 100ms.
+	OverrunGrace time.Duration
 }
 
 // WithDefaults sets the engine-wide defaults and limits (see [Defaults]);
@@ -119,6 +125,7 @@ func WithDefaults(d Defaults) Option {
 		set("Jitter", d.Jitter, &c.jitter)
 		set("ApprovalExpiry", d.ApprovalExpiry, &c.defaultExpiry)
 		set("ResultRetention", d.ResultRetention, &c.retention)
+		set("OverrunGrace", d.OverrunGrace, &c.overrunGrace)
 		switch {
 		case d.MaxAbandoned < 0:
 			c.problems = append(c.problems, fmt.Sprintf("Defaults.MaxAbandoned must not be negative (got %d)", d.MaxAbandoned))
@@ -174,7 +181,9 @@ func WithRedactor(f func(error) string) Option {
 // overruns the bound abandons its worker (a fresh one takes the queue) and
 // that execution's later events for the sink are dropped; a full queue
 // drops the event. Every drop is counted ([Engine.Stats]) and logged,
-// rate-limited. Nil is ignored; without sinks no event is even built.
+// rate-limited. [SinkInline] calls a sink that never blocks on the
+// execution's goroutine instead. Nil is ignored; without sinks no event is
+// even built.
 func WithEventSink(s EventSink, opts ...SinkOption) Option {
 	return optionFunc(func(c *config) {
 		if s == nil {
@@ -183,34 +192,55 @@ func WithEventSink(s EventSink, opts ...SinkOption) Option {
 		sc := sinkConfig{call: func(ctx context.Context, e Event) error { s.HandleEvent(ctx, e); return nil },
 			name: fmt.Sprintf("%d:%T", len(c.sinks), s), timeout: defaultSinkTimeout, queue: defaultSinkQueue}
 		sc.apply(c, opts)
+		if p := sc.inlineProblem(); p != "" {
+			c.problems = append(c.problems, p)
+		}
 		c.sinks = append(c.sinks, sc)
 	})
 }
 
-// AuditSink is a strict audit trail: the engine calls Record synchronously
-// for capability.requested and capability.started, and an error (a
+// AuditSink is a strict audit trail: the engine waits until Record has
+// stored capability.requested and capability.started, and an error (a
 // timeout included) means nothing runs: the call fails with
-// AUDIT_UNAVAILABLE (retryable). Every other event reaches it through its
-// queue, like any sink's. No record, no effect. The requested of a call
-// answered as hidden (a policy hides it, or it came in on a surface its
-// capability is not exposed on) goes through the queue too: nothing runs
-// then, and the sink's failure must not tell the procedure exists.
+// AUDIT_UNAVAILABLE (retryable). Every other event reaches it through the
+// same queue, in order. No record, no effect. A sink that also implements
+// [BatchAuditSink] gets every record waiting for it in one call. The
+// requested of a call answered as hidden (a policy hides it, or it came in
+// on a surface its capability is not exposed on) goes through the queue
+// too: nothing runs then, and the sink's failure must not tell the
+// procedure exists.
 type AuditSink interface {
 	Record(ctx context.Context, e Event) error
 }
 
 // WithAuditSink makes s the engine's strict audit sink (see [AuditSink]);
-// timeout bounds each synchronous Record (default 1s; a call that has not
-// returned by then fails the execution). A failure at capability.started
-// after an approval was consumed gives the approval back. The last
-// WithAuditSink wins; nil removes it. By default there is none.
+// timeout bounds the wait for each synchronous record (default 1s), and
+// is the deadline of each write. The sink's writes are made one at a
+// time, in order, by a worker of the engine's; a [BatchAuditSink] gets
+// everything waiting in each (group commit). What one record contains
+// never fails another's call: a batch the sink refuses for one record's
+// content is split until that record is alone, and only its own call
+// fails (or, for a record nobody waits for, it is counted as dropped in
+// [Engine.Stats]). A transient failure fails the calls waiting for that
+// write; a BatchAuditSink's other records are kept and written with the
+// next record that comes. A record whose call stopped waiting (the
+// timeout passed, or the caller's context ended: CANCELLED) is never
+// written. When the records waiting would take more than half the timeout
+// to write at the sink's recent pace, a new call is refused
+// AUDIT_UNAVAILABLE at once rather than left to time out; a call refused
+// so, or that gave up waiting for its capability.requested, leaves no
+// record at all (its end is counted as dropped), so that refusals cost the
+// sink nothing while it is behind. A failure at
+// capability.started after an approval was consumed gives the approval
+// back. The last WithAuditSink wins; nil removes it. By default there is
+// none.
 func WithAuditSink(s AuditSink, timeout ...time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if s == nil {
 			c.audit = nil
 			return
 		}
-		sc := sinkConfig{call: s.Record, name: fmt.Sprintf("audit:%T", s), timeout: defaultAuditTimeout, queue: defaultSinkQueue, audit: true}
+		sc := sinkConfig{call: s.Record, name: fmt.Sprintf("audit:%T", s), timeout: defaultAuditTimeout, queue: defaultSinkQueue, audit: s}
 		for _, d := range timeout {
 			if d <= 0 {
 				c.problems = append(c.problems, fmt.Sprintf("WithAuditSink timeout must be positive (got %s)", d))
@@ -236,7 +266,7 @@ func SinkTimeout(d time.Duration) SinkOption {
 			c.problems = append(c.problems, fmt.Sprintf("SinkTimeout must be positive (got %s)", d))
 			return
 		}
-		s.timeout = d
+		s.timeout, s.queued = d, true
 	})
 }
 
@@ -247,7 +277,7 @@ func SinkQueue(n int) SinkOption {
 			c.problems = append(c.problems, fmt.Sprintf("SinkQueue must be positive (got %d)", n))
 			return
 		}
-		s.queue = n
+		s.queue, s.queued = n, true
 	})
 }
 
@@ -257,7 +287,9 @@ type sinkConfig struct {
 	name    string
 	timeout time.Duration
 	queue   int
-	audit   bool
+	audit   AuditSink // the strict audit sink's, or nil
+	queued  bool      // SinkTimeout or SinkQueue was given
+	inline  bool      // SinkInline: no worker, no queue
 }
 
 func (s *sinkConfig) apply(c *config, opts []SinkOption) {

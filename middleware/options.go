@@ -46,6 +46,7 @@ func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 	c := Capability{
 		Description: pc.GetDescription(),
 		Idempotent:  pc.GetIdempotent(),
+		Inline:      pc.GetInline(),
 		ToolName:    pc.GetToolName(),
 		Streaming:   md.IsStreamingClient() || md.IsStreamingServer(),
 		Retry:       Retry{MaxRetries: int(pc.GetRetry().GetMaxRetries())},

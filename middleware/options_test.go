@@ -214,7 +214,7 @@ func TestOutOfRangeOptionValuesNeverBecomeValidOnes(t *testing.T) {
 // field added to the message without being read fails here.
 func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 	for msg, n := range map[protoreflect.MessageDescriptor]int{
-		(&agentsafev1.Capability{}).ProtoReflect().Descriptor(): 10,
+		(&agentsafev1.Capability{}).ProtoReflect().Descriptor(): 11,
 		(&agentsafev1.Retry{}).ProtoReflect().Descriptor():      2,
 		(&agentsafev1.Approval{}).ProtoReflect().Descriptor():   4,
 	} {
@@ -233,6 +233,7 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		ToolName:    "charge_card",
 		Exposure:    []agentsafev1.Surface{agentsafev1.Surface_SURFACE_RPC, agentsafev1.Surface_SURFACE_MCP},
 		Dedup:       durationpb.New(5 * time.Minute),
+		Inline:      true,
 	}
 	opts := &descriptorpb.MethodOptions{}
 	proto.SetExtension(opts, agentsafev1.E_Capability, opt)
@@ -263,6 +264,7 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		Timeout: 7 * time.Second, Retry: middleware.Retry{MaxRetries: 3, Backoff: 40 * time.Millisecond},
 		Approval: middleware.Approval{Required: true, Type: "finance", ExpiresIn: time.Hour, Quorum: 2},
 		ToolName: "charge_card", Exposure: []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceMCP}, Dedup: 5 * time.Minute,
+		Inline: true,
 	}
 	if !ok || !reflect.DeepEqual(got, want) {
 		t.Errorf("the option became\n%+v\nwant\n%+v", got, want)

@@ -20,6 +20,10 @@ import (
 // that context.Cause tells a timeout from the caller leaving.
 var errAttemptTimeout = errors.New("agentsafe: attempt timed out")
 
+// overrunWarnEvery rate-limits, per capability, the warning about Inline
+// attempts that overran their deadline.
+const overrunWarnEvery = time.Minute
+
 // execute governs one call of c's procedure: it opens an execution, runs
 // attempts of fn under the capability's timeout and retry rules, and
 // finalizes exactly once (see route.Execute).
@@ -117,6 +121,9 @@ type execution struct {
 	// durably blocked for testing/synctest, one waiting on a mutex is not.
 	emitting chan struct{}
 	first    attempt // attempt 1 lives here: one allocation less
+	// callerLeft is when the caller's context ended (unix nanoseconds),
+	// recorded for Inline attempts, which measure their overrun from it.
+	callerLeft atomic.Int64
 
 	// hints are what an envelope asking for a decision tells (hints.go).
 	hints approvalHints
@@ -269,10 +276,13 @@ func (x *execution) requested() *Error {
 }
 
 // unaudited is the error of an execution whose strict audit sink failed:
-// no record, no effect.
+// no record, no effect; or that the caller left while it waited.
 func (x *execution) unaudited(err error) *Error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, errCallerLeft) {
+		return x.cancelled()
 	}
 	return &Error{Code: CodeAuditUnavailable, Message: "the audit trail could not record the call; nothing ran", Retryable: true, Cause: err}
 }
@@ -420,7 +430,8 @@ type attempt struct {
 	returned  chan struct{}
 	abandoned bool // set by the Execute goroutine only
 	// late is an abandoned attempt's own result, once it returned late
-	// (returnedLate); guarded by the execution's mu.
+	// (returnedLate), or an Inline attempt's that returned after its
+	// context ended; guarded by the execution's mu.
 	late         Code
 	returnedLate bool
 	lateResult   attemptResult        // what it returned, for the result store
@@ -465,7 +476,9 @@ func (x *execution) startAttempt(n int) *attempt {
 	x.mu.Lock()
 	x.last = a
 	x.mu.Unlock()
-	x.e.workers.start(a)
+	if !x.cap.Inline { // an Inline attempt runs in await, on this goroutine
+		x.e.workers.start(a)
+	}
 	return a
 }
 
@@ -560,8 +573,12 @@ func (x *execution) lateReturn(a *attempt, code Code, r attemptResult) {
 }
 
 // await returns when the attempt returns or its context ends, whichever is
-// first: it never waits for a handler that ignores its context.
+// first: it never waits for a handler that ignores its context — unless
+// the capability is Inline, whose attempt runs here (runInline).
 func (x *execution) await(a *attempt) (any, *Error) {
+	if x.cap.Inline {
+		return x.runInline(a)
+	}
 	// Let the attempt run on this thread first: a quick handler then
 	// finishes before this goroutine parks, saving the wake-ups of another
 	// thread that parking and readying would cost.
@@ -591,6 +608,82 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	a.abandoned = true
 	x.cap.abandoned.Add(1)
 	return nil, x.contextError(a)
+}
+
+// runInline runs an attempt of an Inline capability on the Execute
+// goroutine, and so waits for its handler however late it returns: the
+// attempt is never abandoned. A result returned after the attempt's
+// context ended is discarded as an abandoned one is — the outcome is the
+// context's, TIMEOUT or CANCELLED — but it is known now, so a consumed
+// approval and a caller's key record it at finalization, late, with no
+// in_doubt before it and no abandoned_result after. A handler that only
+// stopped when told (its context's error) has no result to record. One
+// that returned more than the overrun grace after its context ended broke
+// the promise Inline declares, and is reported (overran).
+func (x *execution) runInline(a *attempt) (any, *Error) {
+	var stop func() bool
+	if x.ctx.Done() != nil {
+		stop = context.AfterFunc(x.ctx, func() { x.callerLeft.CompareAndSwap(0, time.Now().UnixNano()) })
+	}
+	r := a.runHere(x.call.Attempt)
+	if stop != nil {
+		stop()
+	}
+	if !r.ctxEnded {
+		return x.settle(a, r)
+	}
+	x.overran(a, time.Now())
+	if r.panic == nil && (r.err != nil && x.stopped(r.err) || errors.Is(r.err, seam.ErrNoResponse)) {
+		return x.settle(a, r) // it stopped when told to
+	}
+	if x.consumed || x.keyed != nil {
+		x.lateReturn(a, x.lateCode(a, r), r)
+	}
+	a.cancel()
+	err := x.contextError(a)
+	if r.panic != nil { // the stack still reaches the final event
+		err.Cause = fmt.Errorf("%w; then the handler panicked: %w", err.Cause, r.panic)
+	}
+	return nil, err
+}
+
+// runHere runs an attempt on the calling goroutine, recovering a panic.
+func (a *attempt) runHere(f seam.Attempt) (r attemptResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			r = attemptResult{panic: &PanicError{Value: p, Stack: debug.Stack()}, ctxEnded: a.Err() != nil}
+		}
+	}()
+	r.v, r.err = f.RunAttempt(a)
+	r.ctxEnded = a.Err() != nil
+	return r
+}
+
+// overran reports an Inline attempt that returned at now, after its
+// context ended, when it took longer than the overrun grace to do so:
+// capability.deadline_overrun, and a warning at most once a minute per
+// capability.
+func (x *execution) overran(a *attempt, now time.Time) {
+	ended, ok := a.Deadline()
+	if !ok || !errors.Is(a.Err(), context.DeadlineExceeded) {
+		// The caller cancelled: from when it did, if the engine saw it.
+		at := x.callerLeft.Load()
+		if at == 0 {
+			return
+		}
+		ended = time.Unix(0, at)
+	}
+	overrun := now.Sub(ended)
+	if overrun <= x.e.cfg.overrunGrace {
+		return
+	}
+	x.emit(Event{Type: EventDeadlineOverrun, Attempt: a.n, Duration: overrun, ApprovalID: x.approvalID})
+	c := x.cap
+	last := c.overrunWarned.Load()
+	if t := now.UnixNano(); (last == 0 || t-last >= int64(overrunWarnEvery)) && c.overrunWarned.CompareAndSwap(last, t) {
+		x.e.cfg.logger.Warn("agentsafe: an Inline handler returned long after its context ended: it does not honour its context, and held its caller past the deadline",
+			"procedure", x.proc, "execution_id", x.id, "attempt", a.n, "overrun", overrun)
+	}
 }
 
 // result takes the result of an attempt whose signal was received, and
@@ -784,7 +877,7 @@ func (x *execution) emit(ev Event) error {
 	x.emitting <- struct{}{}
 	defer func() { <-x.emitting }()
 	if (ev.Type == EventRequested && !x.hidden) || ev.Type == EventStarted {
-		return x.e.deliverAudited(x.sinkCtx, ev)
+		return x.e.deliverAudited(x.sinkCtx, x.ctx, ev)
 	}
 	x.e.deliver(x.sinkCtx, ev)
 	return nil

@@ -478,7 +478,7 @@ func (x *execution) settleKey(env Envelope, v any, err *Error) Envelope {
 	x.mu.Lock()
 	x.final = true // from here on, a late attempt records itself
 	last := x.last
-	left := last != nil && last.abandoned
+	left := last != nil && (last.abandoned || last.returnedLate) // or an Inline attempt that returned late
 	var late attemptResult
 	returned := false
 	if left {

@@ -643,13 +643,21 @@ func TestALateResultIsStoredWhenItReturns(t *testing.T) {
 		if err != nil || rec.State != store.ResultDone || !rec.Result.Late || rec.Result.ExecutionID != env.ExecutionID {
 			t.Fatalf("the late result is stored when it returns: %+v, %v", rec, err)
 		}
-		v, replay, err := r.call(t.Context(), keyedCall{key: "k"}, refunded)
-		wantCode(t, replay, err, middleware.CodeOK)
-		if v != "charged late" || !replay.Replayed || replay.ExecutionID != env.ExecutionID {
-			t.Errorf("a repeat replays the late result: %v %+v", v, replay)
-		}
-		r.wantRuns("the late result is never run again", 1)
+		r.wantLateReplayed(env)
 	})
+}
+
+// wantLateReplayed checks that a repeat of the key "k" replays the
+// result "charged late" that env's execution stored late, and runs
+// nothing.
+func (r *results) wantLateReplayed(env middleware.Envelope) {
+	r.t.Helper()
+	v, replay, err := r.call(r.t.Context(), keyedCall{key: "k"}, refunded)
+	wantCode(r.t, replay, err, middleware.CodeOK)
+	if v != "charged late" || !replay.Replayed || replay.ExecutionID != env.ExecutionID {
+		r.t.Errorf("a repeat replays the late result: %v %+v", v, replay)
+	}
+	r.wantRuns("the late result is never run again", 1)
 }
 
 func TestReconcile(t *testing.T) {

@@ -39,30 +39,40 @@ var errAuditTimeout = errors.New("agentsafe: the audit sink did not answer in ti
 // the stalled execution's later events for this sink are dropped, so that
 // it never receives that execution's trail out of order or with a hole it
 // cannot see. Every other execution's events flow on.
+//
+// The strict audit sink's queue also carries the records the engine waits
+// for, and writes whatever is waiting in one call (audit.go).
 type sinkQueue struct {
 	name  string
 	call  func(ctx context.Context, ev Event) error
 	bound time.Duration
 	size  int
 	log   *slog.Logger
+	// inline: SinkInline, called on the execution's goroutine (callInline).
+	inline bool
 	// wake tells a parked worker that events are queued.
 	wake chan struct{}
+	// audit is the strict audit sink's writer; nil for an event sink.
+	audit *auditWriter
 
 	mu sync.Mutex
 	// ring holds the queue: n events from head, at most size. It grows
-	// as far as it is used, and is reused.
-	ring    []queued
-	head, n int
-	worker  bool   // a worker owns the queue
-	parked  bool   // it is parked, and must be woken
-	gen     uint64 // the generation of the worker that owns the queue
+	// as far as it is used, and is reused. Its first retained events are
+	// audit records kept after a transient failure, to be written again
+	// with the next record that comes.
+	ring     []queued
+	head, n  int
+	retained int
+	worker   bool   // a worker owns the queue
+	parked   bool   // it is parked, and must be woken
+	gen      uint64 // the generation of the worker that owns the queue
 	// The call in progress, for the watchdog: a single timer, armed for
 	// the bound when a call starts and none is pending, which abandons the
 	// worker if the call it finds has overrun, and otherwise waits for
 	// that call's own bound: no timer operation per event.
 	inCall     bool
 	callStart  time.Duration // since epoch
-	current    queued
+	current    []queued
 	watch      *time.Timer
 	watchArmed bool
 	lastActive time.Duration // since epoch: when the worker last took an event
@@ -75,12 +85,22 @@ type sinkQueue struct {
 	lastWarn           atomic.Int64 // unix nanoseconds of the last warning
 }
 
-// queued is one event on its way to a sink. done, for the strict audit
-// sink's synchronous calls, receives the sink's answer.
+// queued is one event on its way to a sink. w, for the strict audit
+// sink's synchronous records, is the execution waiting for it.
 type queued struct {
-	ctx  context.Context
-	ev   Event
-	done chan error
+	ctx context.Context
+	ev  Event
+	w   *waiter
+}
+
+// waiter is an execution waiting for its record to be written.
+type waiter struct {
+	done chan error // buffered: the first answer is kept, later ones dropped
+	// Guarded by the queue's mu: gone is set when the execution stopped
+	// waiting: from then on the record is not written, since its call
+	// failed and nothing ran; writing while a write that holds it is in
+	// progress.
+	gone, writing bool
 }
 
 func newSinkQueue(name string, call func(context.Context, Event) error, bound time.Duration, size int, log *slog.Logger) *sinkQueue {
@@ -90,14 +110,44 @@ func newSinkQueue(name string, call func(context.Context, Event) error, bound ti
 // enqueue hands ev to the sink without blocking: a full queue drops it,
 // counted and warned about.
 func (s *sinkQueue) enqueue(it queued) bool {
+	if s.inline {
+		s.callInline(it)
+		return true
+	}
 	s.mu.Lock()
+	if s.audit != nil {
+		// An execution the strict audit sink stopped recording: its
+		// later records would tell a trail with a hole.
+		if id := it.ev.ExecutionID; s.isStalled(id) {
+			if it.ev.Type.Final() {
+				delete(s.stalled, id) // the trail is over: forget it
+			}
+			s.mu.Unlock()
+			s.drop(1, "an earlier record of the same execution was not recorded")
+			return false
+		}
+	}
 	if s.n >= s.size {
 		s.mu.Unlock()
-		s.drop("its queue is full")
+		s.drop(1, "its queue is full")
 		return false
 	}
+	s.push(it)
+	return true
+}
+
+// isStalled reports whether the execution's later events are dropped;
+// s.mu is held.
+func (s *sinkQueue) isStalled(execution string) bool {
+	_, ok := s.stalled[execution]
+	return ok
+}
+
+// push adds it to the queue and starts or wakes the worker; s.mu is held,
+// and released.
+func (s *sinkQueue) push(it queued) {
 	if s.n == len(s.ring) {
-		s.grow()
+		s.grow(s.n + 1)
 	}
 	s.ring[(s.head+s.n)%len(s.ring)] = it
 	s.n++
@@ -115,12 +165,12 @@ func (s *sinkQueue) enqueue(it queued) bool {
 		default: // a wake-up is pending already
 		}
 	}
-	return true
 }
 
-// grow makes room in the ring: twice the events, within the queue's size.
-func (s *sinkQueue) grow() {
-	ring := make([]queued, min(max(16, 2*len(s.ring)), s.size))
+// grow makes room in the ring for at least n events: twice the events,
+// within the queue's size.
+func (s *sinkQueue) grow(n int) {
+	ring := make([]queued, min(max(16, 2*len(s.ring), n), s.size))
 	for i := range s.n {
 		ring[i] = s.ring[(s.head+i)%len(s.ring)]
 	}
@@ -132,10 +182,16 @@ func (s *sinkQueue) grow() {
 // generation took over.
 func (s *sinkQueue) work(gen uint64) {
 	var idle *time.Timer
+	var buf []queued
+	if s.audit != nil {
+		buf = make([]queued, 0, s.audit.max)
+	}
 	for {
 		s.mu.Lock()
-		if s.n == 0 {
-			// Drained: park until woken, or leave once idle for sinkIdle.
+		if s.n == s.retained {
+			// Drained (but for records kept after a failure, which go
+			// with the next one): park until woken, or leave once idle
+			// for sinkIdle.
 			s.parked = true
 			if idle == nil {
 				idle = time.NewTimer(sinkIdle)
@@ -163,6 +219,22 @@ func (s *sinkQueue) work(gen uint64) {
 			s.mu.Unlock()
 			continue
 		}
+		if s.audit != nil {
+			batch, stalled := s.take(buf[:0])
+			s.mu.Unlock()
+			if stalled > 0 {
+				s.drop(stalled, "an earlier event of the same execution stalled it")
+			}
+			if len(batch) > 0 && !s.audit.commit(s, gen, batch) {
+				if idle != nil {
+					idle.Stop()
+				}
+				return // abandoned
+			}
+			clear(batch) // the next batch reuses it
+			buf = batch[:0]
+			continue
+		}
 		it := s.ring[s.head]
 		s.ring[s.head] = queued{}
 		s.head = (s.head + 1) % len(s.ring)
@@ -173,23 +245,14 @@ func (s *sinkQueue) work(gen uint64) {
 				delete(s.stalled, id) // the trail is over: forget it
 			}
 			s.mu.Unlock()
-			s.answer(it, errAuditTimeout)
-			s.drop("an earlier event of the same execution stalled it")
+			s.drop(1, "an earlier event of the same execution stalled it")
 			continue
 		}
-		now := time.Since(s.epoch)
-		s.inCall, s.callStart, s.current, s.lastActive = true, now, it, now
-		if !s.watchArmed {
-			s.watchArmed = true
-			if s.watch == nil {
-				s.watch = time.AfterFunc(s.bound, s.watchdog)
-			} else {
-				s.watch.Reset(s.bound)
-			}
-		}
+		s.startCall()
+		s.current = append(s.current[:0], it)
 		s.mu.Unlock()
 
-		err := s.safeCall(it)
+		_ = s.safeCall(it) // an event sink's error is its own
 		s.delivered.Add(1) // a late call did deliver its event too
 
 		s.mu.Lock()
@@ -202,10 +265,37 @@ func (s *sinkQueue) work(gen uint64) {
 			}
 			return
 		}
-		s.inCall, s.current = false, queued{}
+		s.inCall = false
+		clear(s.current)
+		s.current = s.current[:0]
 		s.mu.Unlock()
-		s.answer(it, err)
 	}
+}
+
+// startCall marks a call as in progress for the watchdog, arming it if
+// it is not; s.mu is held.
+func (s *sinkQueue) startCall() {
+	now := time.Since(s.epoch)
+	s.inCall, s.callStart, s.lastActive = true, now, now
+	if !s.watchArmed {
+		s.watchArmed = true
+		if s.watch == nil {
+			s.watch = time.AfterFunc(s.stallAfter(), s.watchdog)
+		} else {
+			s.watch.Reset(s.stallAfter())
+		}
+	}
+}
+
+// stallAfter is how long a call may run before its worker is abandoned:
+// the bound, and for the strict audit sink, whose calls have the bound as
+// their deadline, a quarter more, so that a sink that honours its
+// deadline answers before it is given up on.
+func (s *sinkQueue) stallAfter() time.Duration {
+	if s.audit != nil {
+		return s.bound + s.bound/4
+	}
+	return s.bound
 }
 
 // park blocks an idle worker of the engine (a sink's, an attempt's) until
@@ -233,22 +323,26 @@ func (s *sinkQueue) watchdog() {
 		s.mu.Unlock()
 		return
 	}
-	if left := s.bound - (time.Since(s.epoch) - s.callStart); left > 0 {
+	if left := s.stallAfter() - (time.Since(s.epoch) - s.callStart); left > 0 {
 		s.watch.Reset(left)
 		s.mu.Unlock()
 		return
 	}
 	s.watchArmed = false
-	c := s.current
-	if !c.ev.Type.Final() {
-		s.stalled[c.ev.ExecutionID] = struct{}{}
+	stalled := s.current
+	for _, c := range stalled {
+		if !c.ev.Type.Final() {
+			s.stalled[c.ev.ExecutionID] = struct{}{}
+		}
 	}
-	s.inCall, s.current = false, queued{}
+	s.inCall, s.current = false, nil // the abandoned worker keeps its own
 	s.gen++
 	gen := s.gen
 	s.parked = false // the fresh worker owns the queue (s.worker stays set)
 	s.mu.Unlock()
-	s.answer(c, errAuditTimeout)
+	for _, c := range stalled {
+		c.answer(errAuditTimeout)
+	}
 	s.warn(fmt.Sprintf("a call overran its %s bound; that execution's later events are dropped for this sink", s.bound))
 	go s.work(gen)
 }
@@ -262,14 +356,20 @@ func (s *sinkQueue) safeCall(it queued) (err error) {
 	return s.call(it.ctx, it.ev)
 }
 
-func (s *sinkQueue) answer(it queued, err error) {
-	if it.done != nil {
-		it.done <- err // buffered: the waiter may have given up
+// answer tells the execution waiting for it, if any, how its record
+// fared. Only the first answer counts: the watchdog's and the worker's
+// may race.
+func (it queued) answer(err error) {
+	if it.w != nil {
+		select {
+		case it.w.done <- err:
+		default:
+		}
 	}
 }
 
-func (s *sinkQueue) drop(why string) {
-	s.dropped.Add(1)
+func (s *sinkQueue) drop(n int, why string) {
+	s.dropped.Add(uint64(n))
 	s.warn(why)
 }
 
@@ -283,24 +383,6 @@ func (s *sinkQueue) warn(why string) {
 	s.log.Warn("agentsafe: an event sink is dropping events", "sink", s.name, "reason", why, "dropped", s.dropped.Load())
 }
 
-// sync delivers ev through the queue and waits for the sink's answer, at
-// most the sink's bound: a strict audit sink's synchronous call, in order
-// with the events queued before it.
-func (s *sinkQueue) sync(ctx context.Context, ev Event) error {
-	done := make(chan error, 1)
-	if !s.enqueue(queued{ctx: ctx, ev: ev, done: done}) {
-		return errors.New("agentsafe: the audit sink's queue is full")
-	}
-	t := time.NewTimer(s.bound)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
-		return errAuditTimeout
-	}
-}
-
 // deliver hands ev to the tracer's sink, synchronously (it never blocks),
 // then to every sink's queue.
 func (e *Engine) deliver(ctx context.Context, ev Event) {
@@ -311,13 +393,14 @@ func (e *Engine) deliver(ctx context.Context, ev Event) {
 }
 
 // deliverAudited is deliver for the events a strict audit sink records
-// synchronously; its error means the event was not recorded.
-func (e *Engine) deliverAudited(ctx context.Context, ev Event) error {
+// synchronously, while caller waits; its error means the event was not
+// recorded.
+func (e *Engine) deliverAudited(ctx, caller context.Context, ev Event) error {
 	e.traced(ctx, ev)
 	var err error
 	for _, s := range e.sinks {
 		if s == e.audit {
-			err = s.sync(ctx, ev)
+			err = s.sync(ctx, caller, ev)
 			continue
 		}
 		s.enqueue(queued{ctx: ctx, ev: ev})
@@ -363,8 +446,9 @@ func (e *Engine) Stats() Stats {
 }
 
 // NewSlogSink returns a sink that logs each event on logger (slog.Default()
-// when nil): final failures at Warn, everything else at Info. Only the
-// fields an event uses are logged.
+// when nil): final failures, abandoned results and deadline overruns at
+// Warn, everything else at Info. Only the fields an event uses are logged
+// (a deadline overrun's Duration as "overrun").
 func NewSlogSink(logger *slog.Logger) EventSink {
 	if logger == nil {
 		logger = slog.Default()
@@ -376,7 +460,7 @@ type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	level := slog.LevelInfo
-	if e.Type == EventFailed || e.Type == EventAbandonedResult {
+	if e.Type == EventFailed || e.Type == EventAbandonedResult || e.Type == EventDeadlineOverrun {
 		level = slog.LevelWarn
 	}
 	if !s.l.Enabled(ctx, level) {
@@ -400,7 +484,11 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.PreviousErrorCode != CodeOK, slog.String("previous_error_code", e.PreviousErrorCode.String()))
 	add(e.Code != CodeOK, slog.String("code", e.Code.String()))
 	add(e.Code != CodeOK, slog.Bool("retryable", e.Retryable))
-	add(e.Type.Final() || e.Duration > 0, slog.Duration("duration", e.Duration))
+	duration := "duration"
+	if e.Type == EventDeadlineOverrun {
+		duration = "overrun"
+	}
+	add(e.Type.Final() || e.Duration > 0, slog.Duration(duration, e.Duration))
 	add(e.ApprovalID != "", slog.String("approval_id", e.ApprovalID))
 	add(e.Approver.ID != "", slog.String("approver", e.Approver.ID))
 	add(e.Comment != "", slog.String("comment", e.Comment))

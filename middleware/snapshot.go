@@ -25,6 +25,7 @@ type snapshotCapability struct {
 	Risk        string           `json:"risk"`
 	Idempotent  bool             `json:"idempotent"`
 	Streaming   bool             `json:"streaming"`
+	Inline      bool             `json:"inline"`
 	Timeout     string           `json:"timeout"`
 	Retry       snapshotRetry    `json:"retry"`
 	Approval    snapshotApproval `json:"approval"`
@@ -59,7 +60,7 @@ type snapshotApproval struct {
 //
 // Format, version 1: {"version": 1, "policies": [names], "capabilities":
 // [{"procedure", "sideEffect", "risk", "idempotent", "streaming",
-// "timeout", "retry": {"maxRetries", "backoff"}, "approval": {"required",
+// "inline", "timeout", "retry": {"maxRetries", "backoff"}, "approval": {"required",
 // "type", "quorum", "expiresIn"}, "exposure": ["rpc"|"http"|"mcp"],
 // "dedup", "toolName", "description"}]}; durations as Go writes them
 // ("1m30s"), "0s" for none.
@@ -85,6 +86,7 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 			Risk:        c.Risk.String(),
 			Idempotent:  c.Idempotent,
 			Streaming:   c.Streaming,
+			Inline:      c.Inline,
 			Timeout:     duration(c.Timeout),
 			Retry:       snapshotRetry{MaxRetries: c.Retry.MaxRetries, Backoff: duration(c.Retry.Backoff)},
 			Approval:    snapshotApproval{Required: c.Approval.Required, Type: c.Approval.Type, Quorum: quorum, ExpiresIn: duration(c.Approval.ExpiresIn)},

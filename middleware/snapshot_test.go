@@ -16,7 +16,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
 		Register("POST /refunds", middleware.Capability{SideEffect: middleware.SideEffectWrite, Risk: middleware.RiskHigh, Idempotent: true,
 			Retry: middleware.Retry{MaxRetries: 1}, Approval: middleware.Approval{Required: true, Type: "manager", Quorum: 2},
 			Exposure: []middleware.Surface{middleware.SurfaceMCP, middleware.SurfaceHTTP}, Description: "Refund <an> order & more"}).
-		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get"})
+		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get", Inline: true})
 	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
 		middleware.WithApprovalStore(approvalstore.NewMemory()), middleware.WithResultStore(resultstore.NewMemory()),
 		middleware.WithResultKey(middleware.ResultKey{ID: "k", Key: bytes.Repeat([]byte{7}, 32)}),
@@ -45,6 +45,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
       "risk": "low",
       "idempotent": false,
       "streaming": false,
+      "inline": true,
       "timeout": "2s",
       "retry": {
         "maxRetries": 0,
@@ -70,6 +71,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
       "risk": "high",
       "idempotent": true,
       "streaming": false,
+      "inline": false,
       "timeout": "30s",
       "retry": {
         "maxRetries": 1,

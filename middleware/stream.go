@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"runtime/debug"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
 )
@@ -39,17 +38,12 @@ func (x *execution) runStream(governed bool, fn func(context.Context) error) *Er
 	}
 	defer a.cancel()
 	x.attempts = 1
-	var r attemptResult
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r.panic = &PanicError{Value: p, Stack: debug.Stack()}
-			}
-		}()
-		r.err = fn(a)
-		r.ctxEnded = a.Err() != nil
-	}()
-	_, err := x.settle(a, r)
+	_, err := x.settle(a, a.runHere(streamAttempt(fn)))
 	a.traceEnd(err)
 	return err
 }
+
+// streamAttempt runs a stream's handler as an attempt with no value.
+type streamAttempt func(context.Context) error
+
+func (f streamAttempt) RunAttempt(ctx context.Context) (any, error) { return nil, f(ctx) }

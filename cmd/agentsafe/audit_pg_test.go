@@ -101,7 +101,7 @@ var columns = map[string]string{
 	"code": "'OK'", "retryable": "NOT coalesce(retryable, false)", "duration": "interval '1 second'", "approval_id": "'apr_forged'",
 	"approver_id": "'mallory'", "approver_tenant": "'evil'", "comment": "'fine'", "reason": "'none'",
 	"succeeded": "NOT coalesce(succeeded, false)", "error": "'none'", "stack": "'none'", "replay_of": "'exe_0'",
-	"chain": "chain || 'x'", "chain_seq": "chain_seq + 1000", "prev": "repeat('0', 63) || '1'", "hash": "repeat('0', 63) || '1'",
+	"altered": "ARRAY['error:escaped']", "chain": "chain || 'x'", "chain_seq": "chain_seq + 1000", "prev": "repeat('0', 63) || '1'", "hash": "repeat('0', 63) || '1'",
 }
 
 // TestAnUntouchedTableOfConcurrentSinksVerifies: several sinks writing

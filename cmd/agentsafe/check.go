@@ -178,7 +178,10 @@ var (
 		// Unranked both ways: a stream is governed per stream, not per
 		// message (no approval, no dedup), and a unary call of a method
 		// that streamed takes other input.
-		"streaming":          toggle(widening, widening, "streaming turned on", "streaming turned off"),
+		"streaming": toggle(widening, widening, "streaming turned on", "streaming turned off"),
+		// Turned on, a handler that ignores its context holds its caller
+		// past the deadline: bounded reporting rests on the handler.
+		"inline":             toggle(widening, narrowing, "inline turned on", "inline turned off"),
 		"timeout":            durationRule("timeout", widening),
 		"retry.maxRetries":   countRule("retries", widening),
 		"retry.backoff":      durationRule("retry backoff", narrowing),

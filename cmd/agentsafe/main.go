@@ -15,9 +15,10 @@
 // The registry file is JSON in the inventory's own form (an inventory is a
 // valid registry file): {"policies": [names], "capabilities":
 // [{"procedure": "/pkg.Service/Method" or a net/http route name,
-// "sideEffect", "risk", "idempotent", "streaming", "timeout", "retry":
-// {"maxRetries", "backoff"}, "approval": {"required", "type", "quorum",
-// "expiresIn"}, "exposure", "dedup", "toolName", "description"}]}. Only
+// "sideEffect", "risk", "idempotent", "streaming", "inline", "timeout",
+// "retry": {"maxRetries", "backoff"}, "approval": {"required", "type",
+// "quorum", "expiresIn"}, "exposure", "dedup", "toolName",
+// "description"}]}. Only
 // "procedure" and "sideEffect" are required; durations are Go durations.
 // "policies" names the policies the application installs with
 // middleware.WithPolicy (and "approval-condition" for
@@ -34,8 +35,9 @@
 //     down, it looks safer to agents' clients and loses write-like
 //     handling); idempotent turned on; a lower risk; a removed approval, a
 //     lower quorum, a changed approval type, a longer approval expiry; an
-//     added or larger retry, a shorter backoff; a longer timeout; a new
-//     exposure; a dedup window shortened or turned off; a removed policy;
+//     added or larger retry, a shorter backoff; a longer timeout; inline
+//     turned on (the handler, not the engine, then bounds how long a call
+//     is held); a new exposure; a dedup window shortened or turned off; a removed policy;
 //     streaming turned on or off (it cannot be ranked); a removed
 //     capability that was write-like or required approval (the inventory
 //     cannot tell a deleted method from one whose declaration was

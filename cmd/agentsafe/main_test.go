@@ -172,6 +172,8 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			capability(inv, "GetOrder").Streaming = true
 		}, old: func(inv *registryJSON) { capability(inv, "ExportReport").Streaming = true },
 			want: []string{"widening " + export + " streaming turned off", "widening " + getOrder + " streaming turned on"}},
+		{name: "inline turned on", new: func(inv *registryJSON) { capability(inv, "RefundOrder").Inline = true },
+			want: []string{"widening " + refund + " inline turned on"}},
 		{name: "a longer timeout", new: func(inv *registryJSON) { capability(inv, "GetOrder").Timeout = "1m0s" },
 			want: []string{"widening " + getOrder + " timeout 2s → 1m0s"}},
 		{name: "an added retry", new: func(inv *registryJSON) {
@@ -222,6 +224,8 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			c.Risk, c.Idempotent, c.Retry.MaxRetries, c.Approval.ExpiresIn = "critical", false, 0, "5m0s"
 		}, want: []string{"narrowing " + refund + " risk high → critical", "narrowing " + refund + " idempotent turned off",
 			"narrowing " + refund + " retries 1 → 0", "narrowing " + refund + " approval expiry 15m0s → 5m0s"}},
+		{name: "narrowing: inline turned off", old: func(inv *registryJSON) { capability(inv, "GetOrder").Inline = true },
+			want: []string{"narrowing " + getOrder + " inline turned off"}},
 		{name: "narrowing: a dedup window turned on or longer", old: func(inv *registryJSON) { capability(inv, "GetOrder").Dedup = "10s" },
 			new: func(inv *registryJSON) {
 				capability(inv, "GetOrder").Dedup = "1m0s"

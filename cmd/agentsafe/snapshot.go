@@ -171,6 +171,7 @@ type capabilityJSON struct {
 	Risk        string       `json:"risk"`
 	Idempotent  bool         `json:"idempotent"`
 	Streaming   bool         `json:"streaming"`
+	Inline      bool         `json:"inline"`
 	Timeout     string       `json:"timeout"`
 	Retry       retryJSON    `json:"retry"`
 	Approval    approvalJSON `json:"approval"`
@@ -259,6 +260,7 @@ func (c capabilityJSON) capability() (middleware.Capability, error) {
 	out := middleware.Capability{
 		Idempotent:  c.Idempotent,
 		Streaming:   c.Streaming,
+		Inline:      c.Inline,
 		Timeout:     dur("timeout", c.Timeout),
 		Retry:       middleware.Retry{MaxRetries: c.Retry.MaxRetries, Backoff: dur("retry.backoff", c.Retry.Backoff)},
 		Approval:    middleware.Approval{Required: c.Approval.Required, Type: c.Approval.Type, Quorum: c.Approval.Quorum, ExpiresIn: dur("approval.expiresIn", c.Approval.ExpiresIn)},

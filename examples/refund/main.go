@@ -178,7 +178,7 @@ func openPostgres(url string) (stores, error) {
 	closeAll := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = audit.Close(ctx) // writes the batched events; a failure is the demo's last word anyway
+		_ = audit.Close(ctx) // once the write in progress has ended
 		pool.Close()
 	}
 	return stores{approvals: approvals, results: results, opts: []middleware.Option{middleware.WithAuditSink(audit)}, close: closeAll}, nil

@@ -2,10 +2,12 @@ package auditchain
 
 import (
 	"encoding/hex"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentsafe/agentsafe/internal/storable"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -196,27 +198,51 @@ func (r *Record) setNonEmpty(f Field, s string) {
 	}
 }
 
-// FromEvent returns the record of e as the durable sinks store it: the
-// strings escaped where they must be, what the PostgreSQL sink stores as
-// NULL absent, times and durations at microsecond precision.
+// The range of PostgreSQL's timestamptz: 4713 BC to 294276 AD. Both
+// sinks clamp to it, so that one event is one record in either.
+var (
+	minTime = time.Date(-4712, time.November, 24, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// FromEvent returns the record of e as the durable sinks store it: each
+// string made storable by package storable (escaped where it holds a NUL
+// byte or bytes that are not UTF-8, cut at its limit: 1 KiB for ids, names
+// and codes, 16 KiB for an error, a comment or a reason, 64 KiB for a
+// stack), a time PostgreSQL cannot represent clamped to its range, what
+// was altered listed in Altered ("error:escaped", "at:clamped", …); what
+// the PostgreSQL sink stores as NULL absent; times and durations at
+// microsecond precision.
 func FromEvent(e middleware.Event) Record {
 	var r Record
-	r.SetString(Type, string(e.Type))
-	r.SetTime(e.Time)
-	r.SetString(ExecutionID, e.ExecutionID)
-	r.SetString(Procedure, e.Procedure)
-	r.setNonEmpty(ActorID, e.Actor.ID)
-	r.setNonEmpty(ActorTenant, e.Actor.Tenant)
-	r.setNonEmpty(InputDigest, e.InputDigest)
+	var m storable.Marks
+	id := func(field, v string) string { return m.Text(field, v, storable.IDMax) }
+	text := func(field, v string) string { return m.Text(field, v, storable.TextMax) }
+	r.SetString(Type, id("type", string(e.Type)))
+	r.SetString(ExecutionID, id("execution_id", e.ExecutionID))
+	r.SetString(Procedure, id("procedure", e.Procedure))
+	switch {
+	case e.Time.Before(minTime):
+		r.SetTime(minTime)
+		m = append(m, "at:clamped")
+	case e.Time.After(maxTime):
+		r.SetTime(maxTime)
+		m = append(m, "at:clamped")
+	default:
+		r.SetTime(e.Time)
+	}
+	r.setNonEmpty(ActorID, id("actor_id", e.Actor.ID))
+	r.setNonEmpty(ActorTenant, id("actor_tenant", e.Actor.Tenant))
+	r.setNonEmpty(InputDigest, id("input_digest", e.InputDigest))
 	if e.SideEffect != middleware.SideEffectUnspecified {
 		r.SetString(SideEffect, e.SideEffect.String())
 	}
 	r.setNonEmpty(Risk, e.Risk.String())
 	if e.Attempt != 0 {
-		r.SetInt(Attempt, int64(int32(e.Attempt)))
+		r.SetInt(Attempt, int64(clampInt32(e.Attempt)))
 	}
 	if e.Attempts != 0 {
-		r.SetInt(Attempts, int64(int32(e.Attempts)))
+		r.SetInt(Attempts, int64(clampInt32(e.Attempts)))
 	}
 	if e.PreviousErrorCode != middleware.CodeOK {
 		r.SetString(PreviousErrorCode, e.PreviousErrorCode.String())
@@ -228,18 +254,27 @@ func FromEvent(e middleware.Event) Record {
 	if us := e.Duration / time.Microsecond; us != 0 {
 		r.SetInt(DurationUS, int64(us))
 	}
-	r.setNonEmpty(ApprovalID, e.ApprovalID)
-	r.setNonEmpty(ApproverID, e.Approver.ID)
-	r.setNonEmpty(ApproverTenant, e.Approver.Tenant)
-	r.setNonEmpty(Comment, e.Comment)
-	r.setNonEmpty(Reason, e.Reason)
+	r.setNonEmpty(ApprovalID, id("approval_id", e.ApprovalID))
+	r.setNonEmpty(ApproverID, id("approver_id", e.Approver.ID))
+	r.setNonEmpty(ApproverTenant, id("approver_tenant", e.Approver.Tenant))
+	r.setNonEmpty(Comment, text("comment", e.Comment))
+	r.setNonEmpty(Reason, text("reason", e.Reason))
 	if e.Type == middleware.EventAbandonedResult {
 		r.SetBool(Succeeded, e.Succeeded)
 	}
-	r.setNonEmpty(Error, e.Error)
-	r.setNonEmpty(Stack, e.Stack)
-	r.setNonEmpty(ReplayOf, e.ReplayOf)
+	r.setNonEmpty(Error, text("error", e.Error))
+	r.setNonEmpty(ReplayOf, id("replay_of", e.ReplayOf))
+	r.setNonEmpty(Stack, m.Text("stack", e.Stack, storable.StackMax))
+	if len(m) > 0 {
+		r.SetStrings(Altered, m)
+	}
 	return r
+}
+
+// clampInt32 is n within int32, as PostgreSQL's integer holds it: counts
+// the engine keeps small.
+func clampInt32(n int) int32 {
+	return int32(max(min(n, math.MaxInt32), math.MinInt32))
 }
 
 // encoded is a record's RFC 8785 form and where a line inserts the hash and

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,7 +57,11 @@ var insertSQL = func() string {
 			names += ", "
 		}
 		cols += col
-		sel += "r." + col
+		if col == "altered" {
+			sel += "string_to_array(r.altered, ',')"
+		} else {
+			sel += "r." + col
+		}
 		from += fmt.Sprintf("$%d::%s[]", n, typ)
 		names += col
 	}
@@ -73,6 +78,9 @@ var insertSQL = func() string {
 	add("prev", "text")
 	add("hash", "text")
 	add("signature", "bytea")
+	// A row's altered fields, joined by commas (a field's name has none):
+	// arrays of arrays must all be of one length in PostgreSQL.
+	add("altered", "text")
 	return "INSERT INTO agentsafe.audit_events (" + cols + ")\nSELECT " + sel + "\nFROM unnest(" + from +
 		") WITH ORDINALITY AS r(" + names + ", n)\nORDER BY r.n"
 }()
@@ -97,6 +105,7 @@ func Insert(ctx context.Context, db Execer, sealed []auditchain.Sealed) error {
 		seqs                 = make([]int64, n)
 		prevs, hashes        = make([]string, n), make([]string, n)
 		sigs                 = make([][]byte, n)
+		altered              = make([]pgtype.Text, n)
 	)
 	for i := range sealed {
 		r := &sealed[i].Record
@@ -113,12 +122,15 @@ func Insert(ctx context.Context, db Execer, sealed []auditchain.Sealed) error {
 		prevs[i] = r.PrevValue().String()
 		hashes[i] = sealed[i].Hash.String()
 		sigs[i] = sealed[i].Signature
+		if r.Has(auditchain.Altered) {
+			altered[i] = pgtype.Text{String: strings.Join(r.Strings(auditchain.Altered), ","), Valid: true}
+		}
 	}
 	args := make([]any, 0, len(textColumns)+10)
 	for _, t := range texts {
 		args = append(args, t)
 	}
-	args = append(args, ats, attempt, attempts, retryable, succeeded, durations, seqs, prevs, hashes, sigs)
+	args = append(args, ats, attempt, attempts, retryable, succeeded, durations, seqs, prevs, hashes, sigs, altered)
 	_, err := db.Exec(ctx, insertSQL, args...)
 	return err
 }

@@ -28,7 +28,7 @@ func selectFrom(table string) string {
 		cols = append(cols, column(f))
 	}
 	return "SELECT seq, " + strings.Join(cols, ", ") +
-		", at, attempt, attempts, retryable, succeeded, duration, chain_seq, prev, hash, signature FROM " + table
+		", at, attempt, attempts, retryable, succeeded, duration, chain_seq, prev, hash, signature, altered FROM " + table
 }
 
 // Verify feeds v every record of the table, then checks the approval and
@@ -87,12 +87,13 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 		prev      pgtype.Text
 		hash      pgtype.Text
 		signature []byte
+		altered   []string
 	)
 	dest := []any{&pos}
 	for i := range texts {
 		dest = append(dest, &texts[i])
 	}
-	dest = append(dest, &at, &attempt, &attempts, &retryable, &succeeded, &duration, &chainSeq, &prev, &hash, &signature)
+	dest = append(dest, &at, &attempt, &attempts, &retryable, &succeeded, &duration, &chainSeq, &prev, &hash, &signature, &altered)
 	var buf []byte
 	chainAt := len(textColumns) - 1 // Chain is the last text column
 	for rows.Next() {
@@ -124,6 +125,9 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 		}
 		if succeeded.Valid {
 			r.SetBool(auditchain.Succeeded, succeeded.Bool)
+		}
+		if altered != nil {
+			r.SetStrings(auditchain.Altered, append([]string{}, altered...))
 		}
 		if duration.Valid {
 			r.SetInt(auditchain.DurationUS, int64(duration.Months)*30*86400e6+int64(duration.Days)*86400e6+duration.Microseconds)

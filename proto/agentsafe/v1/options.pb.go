@@ -264,7 +264,18 @@ type Capability struct {
 	// The replay window for repeats without a caller Idempotency-Key: a
 	// repeat of the same call (actor, procedure, input) within the window
 	// after completion replays the stored result. Default: unset, off.
-	Dedup         *durationpb.Duration `protobuf:"bytes,10,opt,name=dedup,proto3" json:"dedup,omitempty"`
+	Dedup *durationpb.Duration `protobuf:"bytes,10,opt,name=dedup,proto3" json:"dedup,omitempty"`
+	// A declaration that the handler honours its context (database/sql or
+	// pgx with the context, net/http clients with the request's context):
+	// unary attempts run on the caller's goroutine, with no hand-off to an
+	// attempt goroutine. The engine then waits for the handler to return
+	// even past the attempt's deadline, so bounded reporting rests on the
+	// handler; a result returned after the context ended is still discarded
+	// (TIMEOUT or CANCELLED), and an attempt that returns well after it emits
+	// capability.deadline_overrun. Streaming methods are unaffected.
+	// Default: false (every attempt on its own goroutine). Turning it on is
+	// widening for the drift gate.
+	Inline        bool `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -367,6 +378,13 @@ func (x *Capability) GetDedup() *durationpb.Duration {
 		return x.Dedup
 	}
 	return nil
+}
+
+func (x *Capability) GetInline() bool {
+	if x != nil {
+		return x.Inline
+	}
+	return false
 }
 
 // Retry is the runtime retry policy of a capability. A runtime retry is a
@@ -660,7 +678,7 @@ var File_agentsafe_v1_options_proto protoreflect.FileDescriptor
 
 const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentsafe/v1/options.proto\x12\fagentsafe.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xc6\x03\n" +
+	"\x1aagentsafe/v1/options.proto\x12\fagentsafe.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xde\x03\n" +
 	"\n" +
 	"Capability\x129\n" +
 	"\vside_effect\x18\x01 \x01(\x0e2\x18.agentsafe.v1.SideEffectR\n" +
@@ -676,7 +694,8 @@ const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\ttool_name\x18\b \x01(\tR\btoolName\x121\n" +
 	"\bexposure\x18\t \x03(\x0e2\x15.agentsafe.v1.SurfaceR\bexposure\x12/\n" +
 	"\x05dedup\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x05dedup\"]\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x05dedup\x12\x16\n" +
+	"\x06inline\x18\v \x01(\bR\x06inline\"]\n" +
 	"\x05Retry\x12\x1f\n" +
 	"\vmax_retries\x18\x01 \x01(\x05R\n" +
 	"maxRetries\x123\n" +
