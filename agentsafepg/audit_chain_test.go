@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentsafe/agentsafe/agentsafepg"
@@ -82,10 +83,11 @@ func (c *losingConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// TestAChainGoesOnAfterALostCommitReply: a write commits, its reply is
-// lost, the engine is told it failed. The sink re-reads its chain's head
-// before the next write and goes on after the committed rows: no gap, and
-// the queued records the engine sends again are not written twice.
+// TestAChainGoesOnAfterALostCommitReply: a batch commits, its reply is
+// lost, the engine is told it failed and sends the batch's queued records
+// again with its next (middleware.BatchAuditSink), the synchronous one not
+// at all. The sink re-reads its chain's head before that write, goes on
+// after the committed rows, and does not write the queued ones twice.
 func TestAChainGoesOnAfterALostCommitReply(t *testing.T) {
 	ctx := t.Context()
 	url := migratedURL(t)
@@ -100,20 +102,16 @@ func TestAChainGoesOnAfterALostCommitReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := func(typ middleware.EventType, id string) error { return sink.Record(ctx, event(typ, id)) }
-	if err := rec(middleware.EventRequested, "exe_1"); err != nil {
+	if err := sink.Record(ctx, event(middleware.EventRequested, "exe_1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := rec(middleware.EventCompleted, "exe_1"); err != nil { // queued
-		t.Fatal(err)
-	}
+	queued := event(middleware.EventCompleted, "exe_1")
 	l.armed.Store(true)
-	if err := rec(middleware.EventRequested, "exe_lost"); err == nil || l.hit.Load() != 1 {
+	err = sink.RecordBatch(ctx, []middleware.Event{queued, event(middleware.EventRequested, "exe_lost")})
+	if err == nil || l.hit.Load() != 1 {
 		t.Fatalf("the write whose reply was lost returned %v (%d replies lost)", err, l.hit.Load())
 	}
-	// The queued record went with the lost write; the sink keeps it and
-	// sends it again with the next one.
-	if err := rec(middleware.EventRequested, "exe_2"); err != nil {
+	if err := sink.RecordBatch(ctx, []middleware.Event{queued, event(middleware.EventRequested, "exe_2")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := sink.Close(ctx); err != nil {
@@ -123,11 +121,9 @@ func TestAChainGoesOnAfterALostCommitReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for rows.Next() {
-		var s string
-		rows.Scan(&s)
-		got = append(got, s)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	want := []string{"exe_1 capability.requested", "exe_1 capability.completed", "exe_lost capability.requested", "exe_2 capability.requested"}
 	if !slices.Equal(got, want) {
@@ -135,6 +131,55 @@ func TestAChainGoesOnAfterALostCommitReply(t *testing.T) {
 	}
 	if rep := verifyTrail(t, observer, nil, nil); rep.Tampered() || len(rep.Chains) != 1 || rep.Chains[0].Last != 5 {
 		t.Errorf("the chain does not verify whole: %+v %+v", rep, rep.Chains)
+	}
+}
+
+// TestASplitBatchLeavesNoGap: calls through an engine whose strict sink
+// is the chained PostgreSQL one, one actor's rows refused by the
+// database: the engine splits the batches that hold them, every other
+// call runs, and the chain has no gap (a row takes its chain_seq when it
+// is committed).
+func TestASplitBatchLeavesNoGap(t *testing.T) {
+	ctx := t.Context()
+	pool := migrated(t)
+	refuseActor(t, pool, "mallory")
+	sink := openAudit(t, pool)
+	reg := middleware.NewRegistry().Register(refund, middleware.Capability{SideEffect: middleware.SideEffectExternal})
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithAuditSink(sink),
+		middleware.WithLogger(slog.New(slog.DiscardHandler)),
+		middleware.WithActor(func(ctx context.Context) (middleware.Actor, error) {
+			return middleware.Actor{ID: ctx.Value(actorKey{}).(string), Tenant: "acme"}, nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var ran, refused atomic.Int32
+	for i := range 64 {
+		wg.Go(func() {
+			actor := "agent-7"
+			if i%8 == 0 {
+				actor = "mallory"
+			}
+			_, _, err := adapter.Execute(context.WithValue(ctx, actorKey{}, actor), adapter.Resolve(eng, refund), adapter.Call[any]{},
+				func(context.Context) (any, error) { return nil, nil })
+			switch {
+			case err == nil:
+				ran.Add(1)
+			case actor == "mallory" && middleware.CodeOf(err) == middleware.CodeAuditUnavailable:
+				refused.Add(1)
+			default:
+				t.Errorf("call %d (%s): %v", i, actor, err)
+			}
+		})
+	}
+	wg.Wait()
+	if ran.Load() != 56 || refused.Load() != 8 {
+		t.Fatalf("%d calls ran, %d refused; want 56 and 8", ran.Load(), refused.Load())
+	}
+	rep := verifyTrail(t, pool, nil, nil)
+	if rep.Tampered() || len(rep.Chains) != 1 || rep.Chains[0].First != 1 || int(rep.Chains[0].Last) != rep.Chains[0].Records {
+		t.Fatalf("the chain has a gap or a finding: %+v %+v", rep, rep.Chains)
 	}
 }
 
