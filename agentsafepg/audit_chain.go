@@ -111,13 +111,12 @@ func (c *chainWriter) writeLocked(ctx context.Context, events []middleware.Event
 		recs = append(recs, auditchain.FromEvent(e))
 	}
 	recs = append(recs, extra...)
-	now := time.Now()
-	sealed := c.w.Seal(nil, recs, false, now)
+	sealed := c.w.Seal(nil, recs, false)
 	err := auditpg.Insert(ctx, c.pool, sealed)
 	switch {
 	case err == nil:
-		c.w.Commit(sealed, now)
-		c.timer.Arm(c.w, now)
+		c.w.Commit(sealed)
+		c.timer.Arm(c.w)
 		return checkpoints(sealed), nil
 	case auditpg.IsServerError(err) && !auditpg.IsChainConflict(err):
 		return nil, err // refused: nothing was committed, no place taken
@@ -139,7 +138,7 @@ func (c *chainWriter) settle(ctx context.Context) error {
 	committed := len(c.sealed) > 0 && c.sealed[len(c.sealed)-1].Hash == h &&
 		uint64(c.sealed[len(c.sealed)-1].Record.Int(auditchain.ChainSeq)) == seq
 	if committed {
-		c.w.Commit(c.sealed, time.Now())
+		c.w.Commit(c.sealed)
 		c.resent.Remember(c.pending)
 	} else if cur, _ := c.w.Head(); seq != cur {
 		c.w.SetHead(seq, h) // not ours to explain: go on from what is stored
@@ -181,7 +180,7 @@ func (c *chainWriter) checkpointLater(gen uint64) {
 	}
 	now := time.Now()
 	if due, _ := c.w.Due(now); !due {
-		c.timer.Arm(c.w, now)
+		c.timer.Arm(c.w)
 		c.mu.Unlock()
 		return
 	}

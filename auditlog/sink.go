@@ -1,6 +1,7 @@
 package auditlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -180,8 +181,7 @@ func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record)
 	if len(recs) == 0 {
 		return nil
 	}
-	now := time.Now()
-	s.sealed = s.chain.Seal(s.sealed[:0], recs, true, now)
+	s.sealed = s.chain.Seal(s.sealed[:0], recs, true)
 	out := s.out[:0]
 	if s.torn {
 		out = append(out, '\n')
@@ -196,13 +196,9 @@ func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record)
 	if n > 0 {
 		s.torn = out[n-1] != '\n'
 	}
-	for _, c := range out[min(prefix, n):n] {
-		if c == '\n' {
-			s.committed++
-		}
-	}
-	s.chain.Commit(s.sealed[:s.committed], now)
-	s.timer.Arm(s.chain, now)
+	s.committed = bytes.Count(out[min(prefix, n):n], []byte{'\n'})
+	s.chain.Commit(s.sealed[:s.committed])
+	s.timer.Arm(s.chain)
 	if s.committed == len(s.sealed) {
 		return nil // every line is written: a late error changes nothing
 	}
@@ -230,7 +226,7 @@ func (s *Sink) checkpointLater(gen uint64) {
 	}
 	now := time.Now()
 	if due, _ := s.chain.Due(now); !due {
-		s.timer.Arm(s.chain, now)
+		s.timer.Arm(s.chain)
 		s.mu.Unlock()
 		return
 	}

@@ -5,15 +5,24 @@ import (
 	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
 
 	"github.com/agentsafe/agentsafe/auditlog"
+	"github.com/agentsafe/agentsafe/connectadapter"
+	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
+	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
@@ -21,9 +30,9 @@ import (
 // writing JSON Lines to a file, chained (auditlog, with a signer: a signed
 // checkpoint every 1,000 records) against unchained (the same lines
 // without chain, chain_seq, prev and hash, written the same way: one
-// Write per record under a mutex). capability.requested and .started are
-// written before the call goes on; .completed through the sink's queue,
-// drained inside the measurement.
+// Write per batch, both middleware.BatchAuditSink). capability.requested
+// and .started are written before the call goes on; .completed with a
+// later batch, drained inside the measurement.
 func BenchmarkAuditChain(b *testing.B) {
 	ctx := context.Background()
 	_, key, _ := ed25519.GenerateKey(nil)
@@ -61,18 +70,38 @@ func tempFile(b *testing.B) *os.File {
 
 // plainLines is a strict audit sink writing each event as one JSON line
 // with the fields auditlog writes, but no chain: the baseline the chain's
-// cost is measured against.
+// cost is measured against. Like any durable sink (SPEC §8) it checks
+// every string for what it must escape (a NUL byte, bytes that are not
+// UTF-8) and for its length, as auditlog does before it hashes.
 type plainLines struct {
 	w   *os.File
 	mu  sync.Mutex
 	buf []byte
 }
 
-func (p *plainLines) Record(_ context.Context, e middleware.Event) error {
+func (p *plainLines) Record(ctx context.Context, e middleware.Event) error {
+	return p.RecordBatch(ctx, []middleware.Event{e})
+}
+
+func (p *plainLines) RecordBatch(_ context.Context, events []middleware.Event) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b := append(p.buf[:0], '{')
+	b := p.buf[:0]
+	for _, e := range events {
+		b = appendPlain(b, e)
+	}
+	p.buf = b
+	_, err := p.w.Write(b)
+	return err
+}
+
+// appendPlain appends e's line.
+func appendPlain(b []byte, e middleware.Event) []byte {
+	b = append(b, '{')
 	str := func(name, v string) {
+		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) || len(v) > 16<<10 {
+			v = strings.ToValidUTF8(strings.ReplaceAll(v, "\x00", `\x00`), `\xff`)
+		}
 		if v != "" {
 			b = append(b, '"')
 			b = append(b, name...)
@@ -109,10 +138,7 @@ func (p *plainLines) Record(_ context.Context, e middleware.Event) error {
 	b = e.Time.UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
 	b = append(b, `","type":`...)
 	b = strconv.AppendQuote(b, string(e.Type))
-	b = append(b, '}', '\n')
-	p.buf = b
-	_, err := p.w.Write(b)
-	return err
+	return append(b, '}', '\n')
 }
 
 // BenchmarkAuditVerify: `agentsafe audit verify --file` (the command, built
@@ -171,4 +197,41 @@ func BenchmarkAuditVerify(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkAuditChainConnect: the same comparison for a governed Connect
+// call over loopback HTTP/1.1 (the test service's Read), the call a
+// service makes.
+func BenchmarkAuditChainConnect(b *testing.B) {
+	_, key, _ := ed25519.GenerateKey(nil)
+	run := func(b *testing.B, sink middleware.AuditSink) {
+		eng, err := middleware.New(middleware.NewRegistry().Register(testv1connect.TestServiceGatedProcedure,
+			middleware.Capability{SideEffect: middleware.SideEffectWrite}), quiet, middleware.WithAuditSink(sink))
+		if err != nil {
+			b.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(testv1connect.NewTestServiceHandler(connectRead{}, connect.WithInterceptors(connectadapter.NewInterceptor(eng))))
+		srv := httptest.NewServer(mux)
+		defer srv.Close()
+		client := testv1connect.NewTestServiceClient(srv.Client(), srv.URL)
+		req := &testv1.Request{Id: "42"}
+		ctx := context.Background()
+		defer cpu(b)()
+		for b.Loop() {
+			if _, err := client.Read(ctx, connect.NewRequest(req)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		drained(b, eng)
+	}
+	b.Run("sink=unchained", func(b *testing.B) { run(b, &plainLines{w: tempFile(b)}) })
+	b.Run("sink=chained", func(b *testing.B) {
+		s, err := auditlog.New(tempFile(b), auditlog.WithSigner(key))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		run(b, s)
+	})
 }

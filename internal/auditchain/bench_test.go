@@ -22,9 +22,9 @@ func BenchmarkVerifyFile(b *testing.B) {
 		InputDigest: "hmac-sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", SideEffect: middleware.SideEffectExternal,
 		Risk: middleware.RiskHigh, Attempts: 1, Duration: 1234 * time.Microsecond, ApprovalID: "apr_0123456789abcdef0123456789abcdef"}
 	for range n {
-		ss := w.Seal(nil, []Record{FromEvent(e)}, true, time.Now())
+		ss := w.Seal(nil, []Record{FromEvent(e)}, true)
 		out.Write(w.Lines())
-		w.Commit(ss, time.Now())
+		w.Commit(ss)
 	}
 	if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
 		b.Fatal(err)

@@ -162,10 +162,9 @@ func (w *Writer) SetHead(seq uint64, h Hash) { w.seq, w.head = seq, h }
 
 // Seal gives recs the places after the committed head, in order, and
 // appends them to out, each followed by a checkpoint record where one is
-// due by count (every Config.Every records, a checkpoint's time being
-// now). Nothing changes until [Writer.Commit]: a write that fails leaves
-// no gap.
-func (w *Writer) Seal(out []Sealed, recs []Record, lines bool, now time.Time) []Sealed {
+// due by count (every Config.Every records). Nothing changes until
+// [Writer.Commit]: a write that fails leaves no gap.
+func (w *Writer) Seal(out []Sealed, recs []Record, lines bool) []Sealed {
 	seq, prev, since := w.seq, w.head, w.since
 	w.lines = w.lines[:0]
 	base := len(out)
@@ -181,7 +180,7 @@ func (w *Writer) Seal(out []Sealed, recs []Record, lines bool, now time.Time) []
 		if recs[i].IsCheckpoint() {
 			since = 0
 		} else if since++; since >= w.cfg.Every {
-			add(CheckpointRecord(now))
+			add(CheckpointRecord(time.Now()))
 			since = 0
 		}
 	}
@@ -268,9 +267,9 @@ func appendLine(dst []byte, enc encoded, h Hash, sig []byte) []byte {
 	return append(dst, c[enc.sigAt:]...)
 }
 
-// Commit moves the head past the first n records of the last Seal, which
-// are stored, at now; n may be less than Seal gave (a torn write).
-func (w *Writer) Commit(sealed []Sealed, now time.Time) {
+// Commit moves the head past sealed, records of the last Seal that are
+// now stored: all it gave, or the first of them (a torn write).
+func (w *Writer) Commit(sealed []Sealed) {
 	for i := range sealed {
 		s := &sealed[i]
 		w.seq, w.head = uint64(s.Record.Int(ChainSeq)), s.Hash
@@ -279,20 +278,29 @@ func (w *Writer) Commit(sealed []Sealed, now time.Time) {
 			continue
 		}
 		if w.since == 0 {
-			w.first = now
+			w.first = time.Now() // once per checkpoint: the clock costs
 		}
 		w.since++
 	}
 }
 
-// Due reports whether a checkpoint is due at now, and if not, when the
-// next one will be (zero when no record waits for one).
+// Due reports whether a checkpoint is due at now, and when the next one
+// is due by time (zero when no record waits for one).
 func (w *Writer) Due(now time.Time) (bool, time.Time) {
-	if w.since == 0 {
-		return false, time.Time{}
+	at := w.NextDue()
+	if at.IsZero() {
+		return false, at
 	}
-	at := w.first.Add(w.cfg.Interval)
 	return w.since >= w.cfg.Every || !now.Before(at), at
+}
+
+// NextDue is when the next checkpoint is due by time: Interval after the
+// first record no checkpoint covers (zero when there is none).
+func (w *Writer) NextDue() time.Time {
+	if w.since == 0 {
+		return time.Time{}
+	}
+	return w.first.Add(w.cfg.Interval)
 }
 
 // CheckpointRecord is the checkpoint record to seal at now.

@@ -111,9 +111,9 @@ func sealLines(t *testing.T, n int, signer ed25519.PrivateKey) (*Writer, [][]byt
 		if i%3 == 2 {
 			rec = CheckpointRecord(time.Now())
 		}
-		ss := w.Seal(nil, []Record{rec}, true, time.Now())
+		ss := w.Seal(nil, []Record{rec}, true)
 		lines = append(lines, bytes.Clone(ss[0].Line))
-		w.Commit(ss, time.Now())
+		w.Commit(ss)
 	}
 	return w, lines
 }

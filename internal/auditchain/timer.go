@@ -19,12 +19,12 @@ func NewTimer(fire func(gen uint64)) *Timer { return &Timer{fire: fire} }
 
 // Arm arms the timer for when w's next checkpoint is due by time (none
 // when no record waits for one), unless it is armed for earlier.
-func (t *Timer) Arm(w *Writer, now time.Time) {
-	_, at := w.Due(now)
+func (t *Timer) Arm(w *Writer) {
+	at := w.NextDue()
 	if at.IsZero() || t.t != nil && !at.Before(t.at) {
 		return
 	}
-	t.arm(now, at)
+	t.arm(time.Now(), at)
 }
 
 // Retry arms the timer for d from now: a checkpoint whose write failed is
