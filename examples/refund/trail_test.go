@@ -13,15 +13,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agentsafe/agentsafe/internal/auditchain"
+	"github.com/agentsafe/agentsafe/internal/auditpg"
+	"github.com/agentsafe/agentsafe/internal/pgtest"
 )
 
-// TestTheStorysAuditTrailVerifies runs the story with -audit and checks
-// the trail it wrote as `agentsafe audit verify` does, with the key and
-// kept checkpoints the demo leaves beside it.
+// TestTheStorysAuditTrailVerifies runs the story with -audit (and with
+// -postgres too, where the file is an event sink beside the strict one in
+// PostgreSQL) and checks the trails as `agentsafe audit verify` does, with
+// the key and kept checkpoints the demo leaves beside the file.
 func TestTheStorysAuditTrailVerifies(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { checkAuditTrail(t, storeConfig{}) })
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Start(t).URL()
+		checkAuditTrail(t, storeConfig{postgres: url})
+		conn, err := pgx.Connect(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(t.Context())
+		v := auditchain.NewVerifier(nil, nil)
+		if err := auditpg.Verify(t.Context(), conn, v); err != nil {
+			t.Fatal(err)
+		}
+		if rep := v.Finish(); rep.Tampered() || len(rep.Chains) != 1 || rep.Records < 40 {
+			t.Errorf("the PostgreSQL trail: %+v", rep)
+		}
+	})
+}
+
+func checkAuditTrail(t *testing.T, where storeConfig) {
 	path := filepath.Join(t.TempDir(), "trail.jsonl")
-	if err := run(storeConfig{audit: path}, false, false, "", io.Discard); err != nil {
+	where.audit = path
+	if err := run(where, false, false, "", io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path + ".pub")
