@@ -32,7 +32,8 @@ import (
 // with its data exception (SQLSTATE class 22), which the engine splits to
 // isolate that record; any other failure (the database unreachable, the
 // write's deadline) fails the whole batch, which the engine keeps and
-// writes again with its next record.
+// writes again with its next record, or on its own a little later when
+// none comes.
 //
 // Its rows form a hash chain of its own (SPEC §15; migration 0007): each
 // has chain (the sink's, [AuditSink.Chain]), chain_seq (1, 2, 3 … without

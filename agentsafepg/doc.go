@@ -85,7 +85,8 @@
 // refuses for one row fails with its data exception (SQLSTATE class 22),
 // which the engine splits to isolate that row; if the database is
 // unreachable the whole batch fails, and the engine writes its queued
-// records again with its next one. Rows carry no payload and are indexed
+// records again with its next one, or on its own once the database is
+// back when no call comes. Rows carry no payload and are indexed
 // for the two questions an audit asks: every event of one execution, and
 // every execution of one actor.
 //

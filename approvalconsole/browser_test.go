@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,5 +457,106 @@ func TestBrowserDeepLinkShowsVotesAndDecides(t *testing.T) {
 	}
 	if _, err := e.call(agent, "42", id); err != nil || e.runs.Load() != 1 {
 		t.Fatalf("the agent's resume: %v, %d runs", err, e.runs.Load())
+	}
+}
+
+// holdOne holds back the response to the next GET of path, once armed:
+// it is made when the request comes (so it says what was true then) and
+// sent only once released.
+type holdOne struct {
+	next     http.Handler
+	path     string
+	armed    chan struct{} // closed to arm
+	captured chan struct{} // closed once the response is made
+	release  chan struct{} // closed to send it
+	sent     chan struct{} // closed once it is sent
+	taken    atomic.Bool
+}
+
+func (h *holdOne) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-h.armed:
+	default:
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	if r.Method != http.MethodGet || r.URL.Path != h.path || !h.taken.CompareAndSwap(false, true) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	h.next.ServeHTTP(rec, r)
+	close(h.captured)
+	<-h.release
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+	close(h.sent)
+}
+
+// TestBrowserAStaleRefreshDoesNotUndoAVote: a refresh of the deep link
+// whose answer left the server before the approver's vote, and arrives
+// after it, must not take the page back: the tally stays at the votes the
+// decision showed (votes only grow, and a decided approval stays decided).
+func TestBrowserAStaleRefreshDoesNotUndoAVote(t *testing.T) {
+	ctx := browser(t)
+	e := newEnvQuorum(t, "", nil, 2)
+	id := e.requested(agent, "42")
+	if _, err := e.eng.Decide(t.Context(), id, store.Decision{Approve: true, Approver: carol}); err != nil {
+		t.Fatal(err)
+	}
+	hold := &holdOne{path: "/console/api/approvals/" + id, armed: make(chan struct{}), captured: make(chan struct{}),
+		release: make(chan struct{}), sent: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize, approvalconsole.WithPollInterval(time.Hour))))
+	hold.next = mux
+	srv := httptest.NewServer(hold)
+	defer srv.Close()
+	defer func() {
+		select {
+		case <-hold.release:
+		default:
+			close(hold.release)
+		}
+	}()
+
+	card := `.approval[data-id="` + id + `"]`
+	if err := chromedp.Do(ctx,
+		signIn(srv.URL, "s-bob"),
+		chromedp.Navigate(approvalconsole.Link(srv.URL+"/console")(id)),
+		chromedp.WaitVisible(chromedp.CSS(card+" .votes li")),
+	); err != nil {
+		t.Fatalf("the deep link did not show the approval: %v", err)
+	}
+	close(hold.armed)
+	// A refresh (as a focus event starts one) whose answer, 1 of 2, is
+	// held back until after the vote.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.dispatchEvent(new Event("focus"))`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.captured:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the focus event started no refresh of the approval")
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(card+" .status.approved")),
+	); err != nil {
+		t.Fatalf("approving on the deep link: %v", err)
+	}
+	close(hold.release)
+	<-hold.sent
+	// Let the page take in the stale answer: a round trip through the
+	// page's event loop after its fetch settled.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`new Promise((ok) => setTimeout(() => ok(true), 200))`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatal(err)
+	}
+	tally, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .tally")))
+	status, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" .status")))
+	if tally != "2 of 2 approvals" || !strings.HasPrefix(status, "approved") {
+		t.Errorf("after a stale refresh arrived: tally %q, status %q; want the vote's 2 of 2, approved", tally, status)
 	}
 }

@@ -58,8 +58,10 @@ func (e *BatchError) Unwrap() error { return e.Err }
 //     executions run nothing) and, for a BatchAuditSink, keeps its other
 //     records, in order, at the front of the queue, written with the next
 //     record that comes: so the trail of the calls that ran survives an
-//     outage. An AuditSink, written one record at a time, would hold every
-//     record behind the one kept; its failed records are dropped, counted;
+//     outage. If no record comes, they are tried again on their own, 1,
+//     2, 4, ... 32 seconds after the worker left. An AuditSink without
+//     RecordBatch is handed the records kept and the next one a record at
+//     a time, in order, and none after the first that fails;
 //   - an execution that stopped waiting (its bound passed) is never
 //     written as if it ran: its record is left out of every write from
 //     then on;
@@ -151,10 +153,19 @@ func (s *sinkQueue) sync(ctx, caller context.Context, ev Event) error {
 // writes ahead of it would take too long at the sink's recent pace: more
 // than half the bound for a call's first record (capability.requested),
 // the bound for its start, so that a call taken in is seldom refused
-// halfway; s.mu is held.
+// halfway. A record that would wait behind no write is never refused by
+// the pace; s.mu is held.
 func (s *sinkQueue) admit(ev Event) error {
 	if s.n >= s.size {
 		return errAuditFull
+	}
+	if !s.inCall && s.n == s.retained {
+		// Nothing is being written and nothing waits but what a failure
+		// kept: the record goes with the next write, at once. Refusing it
+		// by the pace of writes long past would refuse every call for
+		// ever after one slow write, since only a write learns the pace
+		// again.
+		return nil
 	}
 	// The pace: the recent writes', or the write in progress if it has
 	// taken longer (a sink that slowed down, or its first write).
@@ -285,7 +296,7 @@ func (a *auditWriter) commit(s *sinkQueue, gen uint64, items []queued) bool {
 					err = errAuditTimeout
 				}
 				it.answer(err)
-			case alive && a.max > 1:
+			case alive:
 				retain = append(retain, it)
 			default:
 				refused++ // abandoned with the worker
@@ -308,6 +319,14 @@ func (a *auditWriter) commit(s *sinkQueue, gen uint64, items []queued) bool {
 // what a record's content failed. It reports false when the worker was
 // abandoned.
 func (b *auditBatch) write(a *auditWriter, pos []int) bool {
+	if a.max == 1 && len(pos) > 1 { // records kept after a failure, and the next: one write each
+		for _, p := range pos {
+			if !b.write(a, []int{p}) {
+				return false
+			}
+		}
+		return true
+	}
 	s := b.s
 	s.mu.Lock()
 	if s.gen != b.gen {

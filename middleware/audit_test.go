@@ -230,8 +230,15 @@ func TestABatchFailureIsolatesItsBadRecord(t *testing.T) {
 // A transient failure (the sink unreachable) keeps the batch whole: the
 // calls waiting for it fail and run nothing, and the records of the
 // calls that ran are written once the sink is back, in order, with the
-// next record that comes; nothing is dropped.
+// next record that comes; nothing is dropped. So for a sink without
+// RecordBatch, which is written one record at a time.
 func TestATransientAuditFailureKeepsTheBatchWhole(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) { transientAuditFailure(t, batch) })
+	}
+}
+
+func transientAuditFailure(t *testing.T, batch bool) {
 	inBubble(t, func(t *testing.T) {
 		var down atomic.Bool
 		sink := &batchSink{refuse: func([]middleware.Event) error {
@@ -240,7 +247,11 @@ func TestATransientAuditFailureKeepsTheBatchWhole(t *testing.T) {
 			}
 			return nil
 		}}
-		eng := auditEngine(t, sink)
+		var audit middleware.AuditSink = sink
+		if !batch {
+			audit = recordSink{sink} // one record a write
+		}
+		eng := auditEngine(t, audit)
 		release := make(chan struct{})
 		var ran atomic.Int32
 		var running sync.WaitGroup
@@ -493,4 +504,114 @@ func TestAQueueThatFallsBehindRefusesAtOnce(t *testing.T) {
 		writes, _, _ := inner.writes()
 		t.Logf("%d completed, %d refused at once, %d writes", completed.Load(), refusedAtOnce.Load(), writes)
 	})
+}
+
+// slowFirstSink is a batchSink whose first write takes first, and every
+// later one no time: a cold connection, say, or a sink that was slow for a
+// while and recovered.
+type slowFirstSink struct {
+	batchSink
+	first time.Duration
+	once  sync.Once
+}
+
+func (s *slowFirstSink) Record(ctx context.Context, e middleware.Event) error {
+	return s.RecordBatch(ctx, []middleware.Event{e})
+}
+
+func (s *slowFirstSink) RecordBatch(ctx context.Context, events []middleware.Event) error {
+	s.once.Do(func() { time.Sleep(s.first) })
+	return s.batchSink.RecordBatch(ctx, events)
+}
+
+// A sink that was slow once, and fast since, is not refused for ever: the
+// pace that refuses calls at once is that of the records waiting, and a
+// record that would wait behind none is taken, so that the sink's pace is
+// learned again. (A pace learned from one slow write, with nothing written
+// since, refused every later call without asking the sink.)
+func TestASinkThatWasSlowOnceIsNotRefusedForEver(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
+				sink := &slowFirstSink{first: 900 * time.Millisecond}
+				var audit middleware.AuditSink = slowFirstRecordSink{sink}
+				if batch {
+					audit = sink
+				}
+				eng := auditEngine(t, audit)
+				_, env, err := execute(eng, caller("agent-1"), call{Procedure: procWrite}, noop)
+				wantCode(t, env, err, middleware.CodeOK)
+				synctest.Wait()
+				for i := range 5 {
+					time.Sleep(time.Second) // the sink is idle, and fast again
+					if _, _, err := execute(eng, caller("agent-1"), call{Procedure: procWrite}, noop); err != nil {
+						t.Fatalf("call %d after the slow write, with the sink idle: %s (%v); want it recorded and run", i+2, middleware.CodeOf(err), err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// slowFirstRecordSink is slowFirstSink without RecordBatch.
+type slowFirstRecordSink struct{ s *slowFirstSink }
+
+func (r slowFirstRecordSink) Record(ctx context.Context, e middleware.Event) error {
+	return r.s.Record(ctx, e)
+}
+
+// Records kept through an outage are written once the sink is back even
+// if no call comes after it: the engine tries them again, less and less
+// often, for about a minute, and after that with the next record that
+// comes.
+func TestKeptRecordsAreWrittenOnceTheSinkIsBackWithoutAnotherCall(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
+				var down atomic.Bool
+				sink := &storeSink{down: &down}
+				var audit middleware.AuditSink = sink
+				if !batch {
+					audit = plainStoreSink{sink}
+				}
+				eng := auditEngine(t, audit)
+				release := make(chan struct{})
+				var running sync.WaitGroup
+				var env middleware.Envelope
+				running.Go(func() {
+					_, env, _ = execute(eng, caller("agent-1"), call{Procedure: procWrite}, func(context.Context) (any, error) { <-release; return nil, nil })
+				})
+				synctest.Wait()
+				down.Store(true)
+				close(release)
+				running.Wait()
+				synctest.Wait() // its completed record failed, and is kept
+				time.Sleep(5 * time.Second)
+				down.Store(false) // back; no call comes
+				time.Sleep(10 * time.Second)
+				synctest.Wait()
+				sink.mu.Lock()
+				var trail []middleware.EventType
+				for _, e := range sink.stored {
+					if e.ExecutionID == env.ExecutionID {
+						trail = append(trail, e.Type)
+					}
+				}
+				sink.mu.Unlock()
+				if want := []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted}; !slices.Equal(trail, want) {
+					t.Errorf("stored %v of the call that ran through the outage, 10s after the sink is back; want %v", trail, want)
+				}
+				if st := auditStats(eng); st.Dropped != 0 {
+					t.Errorf("audit sink %+v: nothing may be dropped", st)
+				}
+			})
+		})
+	}
+}
+
+// plainStoreSink is storeSink without RecordBatch.
+type plainStoreSink struct{ s *storeSink }
+
+func (p plainStoreSink) Record(ctx context.Context, e middleware.Event) error {
+	return p.s.Record(ctx, e)
 }

@@ -138,9 +138,9 @@
 // error in SQLSTATE class 22), and the engine splits the batch until that
 // record is alone; only that record's call fails, or, for a record
 // nobody waits for, it is counted as dropped ([Engine.Stats]). A
-// transient failure keeps a BatchAuditSink's queued records for the next
-// write. A record whose call gave up waiting is never written, and a
-// queue that falls behind refuses new calls at once.
+// transient failure keeps the queued records for the next write, once the
+// sink is back. A record whose call gave up waiting is never written, and
+// a queue that falls behind refuses new calls at once.
 //
 // # Testing
 //

@@ -222,8 +222,9 @@ type AuditSink interface {
 // content is split until that record is alone, and only its own call
 // fails (or, for a record nobody waits for, it is counted as dropped in
 // [Engine.Stats]). A transient failure fails the calls waiting for that
-// write; a BatchAuditSink's other records are kept and written with the
-// next record that comes. A record whose call stopped waiting (the
+// write; the other records are kept and written with the next record
+// that comes, or, when none comes, tried again on their own for about a
+// minute (after 1, 2, 4, ... 32 seconds). A record whose call stopped waiting (the
 // timeout passed, or the caller's context ended: CANCELLED) is never
 // written. When the records waiting would take more than half the timeout
 // to write at the sink's recent pace, a new call is refused

@@ -19,6 +19,11 @@ const (
 	// exits; the next event starts a new one. Engines need no Close, and
 	// testing/synctest bubbles end.
 	sinkIdle = time.Second
+	// maxRetainedRetries bounds how often the strict audit sink's records
+	// kept after a transient failure are tried again when no record comes
+	// after them: 1, 2, 4, ... 32 seconds after the worker left, about a
+	// minute in all; after that they go with the next record that comes.
+	maxRetainedRetries = 6
 	// dropWarnEvery rate-limits the warning about a sink's dropped events.
 	dropWarnEvery = time.Minute
 )
@@ -80,6 +85,9 @@ type sinkQueue struct {
 	// reading, time.Since reads one clock, where time.Now reads two.
 	epoch   time.Time
 	stalled map[string]struct{} // executions whose later events are dropped
+	// retries counts the timed tries of the records kept after a failure
+	// since a record last came (retryKept).
+	retries int
 
 	delivered, dropped atomic.Uint64
 	lastWarn           atomic.Int64 // unix nanoseconds of the last warning
@@ -151,6 +159,7 @@ func (s *sinkQueue) push(it queued) {
 	}
 	s.ring[(s.head+s.n)%len(s.ring)] = it
 	s.n++
+	s.retries = 0
 	start, wake := !s.worker, s.parked
 	s.worker = true
 	s.parked = false
@@ -158,7 +167,7 @@ func (s *sinkQueue) push(it queued) {
 	s.mu.Unlock()
 	switch {
 	case start:
-		go s.work(gen)
+		go s.work(gen, false)
 	case wake:
 		select {
 		case s.wake <- struct{}{}:
@@ -179,16 +188,24 @@ func (s *sinkQueue) grow(n int) {
 
 // work is one worker generation: it delivers queued events until it is
 // idle for sinkIdle, or until a call of its overran the bound and a new
-// generation took over.
-func (s *sinkQueue) work(gen uint64) {
+// generation took over. A worker started to retry the records kept after
+// a failure (retryKept) writes them first, and leaves at once if nothing
+// else came.
+func (s *sinkQueue) work(gen uint64, retry bool) {
 	var idle *time.Timer
 	var buf []queued
 	if s.audit != nil {
 		buf = make([]queued, 0, s.audit.max)
 	}
+	retried := false
 	for {
 		s.mu.Lock()
-		if s.n == s.retained {
+		if s.n == s.retained && retried {
+			s.leave()
+			s.mu.Unlock()
+			return
+		}
+		if s.n == s.retained && !retry {
 			// Drained (but for records kept after a failure, which go
 			// with the next one): park until woken, or leave once idle
 			// for sinkIdle.
@@ -206,11 +223,7 @@ func (s *sinkQueue) work(gen uint64) {
 			} else if s.parked {
 				// Idle long enough. An event queued from here on starts a
 				// new worker.
-				s.worker, s.parked = false, false
-				if s.watch != nil {
-					s.watch.Stop()
-					s.watchArmed = false
-				}
+				s.leave()
 				s.mu.Unlock()
 				return
 			} else {
@@ -219,6 +232,7 @@ func (s *sinkQueue) work(gen uint64) {
 			s.mu.Unlock()
 			continue
 		}
+		retried, retry = retry, false
 		if s.audit != nil {
 			batch, stalled := s.take(buf[:0])
 			s.mu.Unlock()
@@ -270,6 +284,37 @@ func (s *sinkQueue) work(gen uint64) {
 		s.current = s.current[:0]
 		s.mu.Unlock()
 	}
+}
+
+// leave ends the worker that owns the queue, which is idle: an event
+// queued from here on starts a new one. Records a transient failure kept
+// for the strict audit sink are tried again later, on a timer rather than
+// a goroutine, so that they are written once the sink is back even if no
+// record comes after them; s.mu is held.
+func (s *sinkQueue) leave() {
+	s.worker, s.parked = false, false
+	if s.watch != nil {
+		s.watch.Stop()
+		s.watchArmed = false
+	}
+	if s.retained > 0 && s.retries < maxRetainedRetries {
+		time.AfterFunc(sinkIdle<<s.retries, s.retryKept)
+		s.retries++
+	}
+}
+
+// retryKept starts a worker to write the records kept after a failure,
+// unless one runs or none is kept.
+func (s *sinkQueue) retryKept() {
+	s.mu.Lock()
+	if s.worker || s.retained == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.worker = true
+	gen := s.gen
+	s.mu.Unlock()
+	s.work(gen, true)
 }
 
 // startCall marks a call as in progress for the watchdog, arming it if
@@ -344,7 +389,7 @@ func (s *sinkQueue) watchdog() {
 		c.answer(errAuditTimeout)
 	}
 	s.warn(fmt.Sprintf("a call overran its %s bound; that execution's later events are dropped for this sink", s.bound))
-	go s.work(gen)
+	go s.work(gen, false)
 }
 
 func (s *sinkQueue) safeCall(it queued) (err error) {

@@ -95,6 +95,7 @@ function render(a) {
 // tally shows the votes so far (the page of one approval has room for them):
 // how many approvals of how many needed, and each vote.
 function tally(card, a) {
+  card.dataset.votes = (a.votes || []).length;
   const t = $(".tally", card);
   if (!t) return;
   const yes = (a.votes || []).filter((v) => v.approve).length;
@@ -106,6 +107,12 @@ function tally(card, a) {
     li.textContent = (v.approve ? "approved by " : "rejected by ") + v.approver.id + (v.comment ? ": " + v.comment : "");
     list.append(li);
   }
+}
+
+// stale reports whether a is older than what card shows.
+function stale(card, a) {
+  if (a.status === "pending" && card.classList.contains("decided")) return true;
+  return (a.votes || []).length < Number(card.dataset.votes || 0);
 }
 
 function showDecided(card, a) {
@@ -201,10 +208,13 @@ async function refresh(full) {
 }
 
 // refreshOne reads the one approval of a deep link again: its votes so far,
-// and what became of it once decided.
+// and what became of it once decided. An answer older than what the page
+// shows (it left the server before this approver's vote, and arrived after
+// it) is dropped: votes only grow, and a decided approval stays decided.
 async function refreshOne(full) {
   const a = await api("api/approvals/" + encodeURIComponent(singleID));
   let card = cardOf(a.id);
+  if (card && stale(card, a)) return;
   if (!card || full) {
     card = render(a);
     $("#approvals").replaceChildren(card);
