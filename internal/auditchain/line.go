@@ -317,10 +317,7 @@ func scanValue(line []byte, i int) (int, bool) {
 	case c == '"':
 		i++
 		for i < n {
-			for i < n && plain[line[i]] {
-				i++
-			}
-			if i >= n {
+			if i = digest.PlainRun(line, i); i >= n {
 				break
 			}
 			c := line[i]
