@@ -93,7 +93,7 @@ func (c *chainWriter) write(ctx context.Context, events []middleware.Event) erro
 
 // writeLocked does write's work with c.mu held; extra rows (a checkpoint)
 // follow the events'. It returns the checkpoints committed.
-func (c *chainWriter) writeLocked(ctx context.Context, events []middleware.Event, extra []auditchain.Record) ([]auditchain.Sealed, error) {
+func (c *chainWriter) writeLocked(ctx context.Context, events []middleware.Event, extra []auditchain.Record) ([]auditchain.Checkpoint, error) {
 	if c.closed {
 		return nil, errClosed
 	}
@@ -106,10 +106,7 @@ func (c *chainWriter) writeLocked(ctx context.Context, events []middleware.Event
 	if len(events) == 0 && len(extra) == 0 {
 		return nil, nil
 	}
-	recs := make([]auditchain.Record, 0, len(events)+len(extra))
-	for _, e := range events {
-		recs = append(recs, auditchain.FromEvent(e))
-	}
+	recs := auditchain.AppendEvents(make([]auditchain.Record, 0, len(events)+len(extra)), events)
 	recs = append(recs, extra...)
 	sealed := c.w.Seal(nil, recs, false)
 	err := auditpg.Insert(ctx, c.pool, sealed)
@@ -117,7 +114,7 @@ func (c *chainWriter) writeLocked(ctx context.Context, events []middleware.Event
 	case err == nil:
 		c.w.Commit(sealed)
 		c.timer.Arm(c.w)
-		return checkpoints(sealed), nil
+		return auditchain.Checkpoints(sealed), nil
 	case auditpg.IsServerError(err) && !auditpg.IsChainConflict(err):
 		return nil, err // refused: nothing was committed, no place taken
 	}
@@ -147,19 +144,8 @@ func (c *chainWriter) settle(ctx context.Context) error {
 	return nil
 }
 
-// checkpoints are the checkpoint rows among sealed.
-func checkpoints(sealed []auditchain.Sealed) []auditchain.Sealed {
-	var out []auditchain.Sealed
-	for _, s := range sealed {
-		if s.Record.IsCheckpoint() {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // handoff unlocks c.mu and gives cps to the hook, in order.
-func (c *chainWriter) handoff(cps []auditchain.Sealed) {
+func (c *chainWriter) handoff(cps []auditchain.Checkpoint) {
 	if len(cps) == 0 {
 		c.mu.Unlock()
 		return
@@ -201,7 +187,7 @@ func (c *chainWriter) close(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
-	var cps []auditchain.Sealed
+	var cps []auditchain.Checkpoint
 	var err error
 	if seq, _ := c.w.Head(); seq > 0 || c.unsure {
 		cps, err = c.writeLocked(ctx, nil, []auditchain.Record{auditchain.CloseRecord(time.Now())})

@@ -144,12 +144,7 @@ func (s *Sink) Close() error {
 // keeps the calls in chain order).
 func (s *Sink) write(events []middleware.Event, extra []auditchain.Record, closing bool) error {
 	err := s.writeLocked(events, extra)
-	var cps []auditchain.Sealed
-	for _, r := range s.sealed[:s.committed] {
-		if r.Record.IsCheckpoint() {
-			cps = append(cps, r)
-		}
-	}
+	cps := auditchain.Checkpoints(s.sealed[:s.committed])
 	if closing {
 		s.closed = true
 		s.timer.Stop()
@@ -172,10 +167,7 @@ func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record)
 		return ErrClosed
 	}
 	events = s.resent.Drop(events)
-	recs := s.recs[:0]
-	for _, e := range events {
-		recs = append(recs, auditchain.FromEvent(e))
-	}
+	recs := auditchain.AppendEvents(s.recs[:0], events)
 	recs = append(recs, extra...)
 	s.recs = recs
 	if len(recs) == 0 {

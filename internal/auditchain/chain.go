@@ -118,10 +118,11 @@ func ChainStart(id string) (time.Time, bool) {
 }
 
 // Sealed is a record given its place in a chain: its chain_seq, prev and
-// hash (and for a checkpoint, its signature). Line is its JSON Lines form
-// (without the newline), valid until the next Seal.
+// hash (and for a checkpoint, its signature). Record is the record Seal
+// was given (it set its chain fields), or a checkpoint it added. Line is
+// its JSON Lines form (without the newline), valid until the next Seal.
 type Sealed struct {
-	Record    Record
+	Record    *Record
 	Hash      Hash
 	Signature []byte
 	Line      []byte
@@ -168,7 +169,7 @@ func (w *Writer) Seal(out []Sealed, recs []Record, lines bool) []Sealed {
 	seq, prev, since := w.seq, w.head, w.since
 	w.lines = w.lines[:0]
 	base := len(out)
-	add := func(r Record) {
+	add := func(r *Record) {
 		seq++
 		out = append(out, Sealed{Record: r})
 		s := &out[len(out)-1]
@@ -176,11 +177,12 @@ func (w *Writer) Seal(out []Sealed, recs []Record, lines bool) []Sealed {
 		prev = s.Hash
 	}
 	for i := range recs {
-		add(recs[i])
+		add(&recs[i])
 		if recs[i].IsCheckpoint() {
 			since = 0
 		} else if since++; since >= w.cfg.Every {
-			add(CheckpointRecord(time.Now()))
+			cp := CheckpointRecord(time.Now())
+			add(&cp)
 			since = 0
 		}
 	}
@@ -192,7 +194,7 @@ func (w *Writer) Seal(out []Sealed, recs []Record, lines bool) []Sealed {
 
 // seal gives s the place seq after prev.
 func (w *Writer) seal(s *Sealed, seq uint64, prev Hash, lines bool) {
-	r := &s.Record
+	r := s.Record
 	r.SetString(Chain, w.id)
 	r.SetInt(ChainSeq, int64(seq))
 	r.SetPrev(prev)
@@ -338,16 +340,26 @@ func CheckpointOf(s *Sealed) Checkpoint {
 		Time: s.Record.TimeValue(), Signature: s.Signature, Final: s.Record.String(Type) == CloseType}
 }
 
-// Handoff gives each committed checkpoint record among sealed to the
-// OnCheckpoint hook, if there is one.
-func (w *Writer) Handoff(sealed []Sealed) {
+// Checkpoints returns the checkpoints among sealed, to hand to the hook
+// once they are stored.
+func Checkpoints(sealed []Sealed) []Checkpoint {
+	var out []Checkpoint
+	for i := range sealed {
+		if sealed[i].Record.IsCheckpoint() {
+			out = append(out, CheckpointOf(&sealed[i]))
+		}
+	}
+	return out
+}
+
+// Handoff gives cps, stored checkpoints, to the OnCheckpoint hook, if
+// there is one.
+func (w *Writer) Handoff(cps []Checkpoint) {
 	if w.cfg.OnCheckpoint == nil {
 		return
 	}
-	for i := range sealed {
-		if sealed[i].Record.IsCheckpoint() {
-			w.cfg.OnCheckpoint(CheckpointOf(&sealed[i]))
-		}
+	for _, c := range cps {
+		w.cfg.OnCheckpoint(c)
 	}
 }
 

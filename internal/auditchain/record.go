@@ -215,6 +215,22 @@ var (
 // microsecond precision.
 func FromEvent(e middleware.Event) Record {
 	var r Record
+	r.setEvent(e)
+	return r
+}
+
+// AppendEvents appends the records of events to recs, as [FromEvent]
+// makes them (built in place: a record is large).
+func AppendEvents(recs []Record, events []middleware.Event) []Record {
+	for _, e := range events {
+		recs = append(recs, Record{})
+		recs[len(recs)-1].setEvent(e)
+	}
+	return recs
+}
+
+// setEvent makes r, a zero record, the record of e.
+func (r *Record) setEvent(e middleware.Event) {
 	var m storable.Marks
 	id := func(field, v string) string { return m.Text(field, v, storable.IDMax) }
 	text := func(field, v string) string { return m.Text(field, v, storable.TextMax) }
@@ -268,7 +284,6 @@ func FromEvent(e middleware.Event) Record {
 	if len(m) > 0 {
 		r.SetStrings(Altered, m)
 	}
-	return r
 }
 
 // clampInt32 is n within int32, as PostgreSQL's integer holds it: counts

@@ -108,7 +108,7 @@ func Insert(ctx context.Context, db Execer, sealed []auditchain.Sealed) error {
 		altered              = make([]pgtype.Text, n)
 	)
 	for i := range sealed {
-		r := &sealed[i].Record
+		r := sealed[i].Record
 		for c, f := range textColumns {
 			texts[c][i] = pgtype.Text{String: r.String(f), Valid: r.Has(f)}
 		}
