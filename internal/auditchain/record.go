@@ -417,6 +417,60 @@ const hexDigits = "0123456789abcdef"
 // not); a byte that is not is written as U+FFFD, so the output is JSON
 // whatever comes in.
 func appendString(dst []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		return appendStringSlow(dst, s)
+	}
+	// Valid UTF-8 is written as it is but for the quote, the backslash and
+	// the controls, found eight bytes at a time.
+	dst = append(dst, '"')
+	start := 0
+	for i := plainRun(s, 0); i < len(s); i = plainRun(s, i) {
+		dst = append(dst, s[start:i]...)
+		dst = append(dst, escapes[s[i]]...)
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// plainRun returns the offset of the first byte at or after s[i] that a
+// string escapes: a quote, a backslash or a control character (as
+// package digest's PlainRun, over a string).
+func plainRun(s string, i int) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		quote, backslash := w^('"'*ones), w^('\\'*ones)
+		if (w-0x20*ones)&^w&highs != 0 || ((quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if b := s[i]; b < 0x20 || b == '"' || b == '\\' {
+			break
+		}
+	}
+	return i
+}
+
+// escapes are the RFC 8785 escapes of the quote, the backslash and the
+// control characters.
+var escapes = func() (t [256]string) {
+	for c := range 0x20 {
+		t[c] = `\u00` + string(hexDigits[c>>4]) + string(hexDigits[c&0xf])
+	}
+	t['\b'], t['\t'], t['\n'], t['\f'], t['\r'] = `\b`, `\t`, `\n`, `\f`, `\r`
+	t['"'], t['\\'] = `\"`, `\\`
+	return t
+}()
+
+// appendStringSlow is appendString for a string that is not valid UTF-8.
+func appendStringSlow(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
