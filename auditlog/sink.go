@@ -174,13 +174,11 @@ func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record)
 		return nil
 	}
 	s.sealed = s.chain.Seal(s.sealed[:0], recs, true)
-	out := s.out[:0]
-	if s.torn {
-		out = append(out, '\n')
+	out, prefix := s.chain.Lines(), 0
+	if s.torn { // end the torn line first
+		s.out = append(append(s.out[:0], '\n'), out...)
+		out, prefix = s.out, 1
 	}
-	prefix := len(out)
-	out = append(out, s.chain.Lines()...)
-	s.out = out
 	n, err := s.w.Write(out)
 	if n < 0 || n > len(out) {
 		n, err = 0, fmt.Errorf("the writer reported %d bytes written of %d", n, len(out))
@@ -188,7 +186,11 @@ func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record)
 	if n > 0 {
 		s.torn = out[n-1] != '\n'
 	}
-	s.committed = bytes.Count(out[min(prefix, n):n], []byte{'\n'})
+	if n == len(out) {
+		s.committed = len(s.sealed)
+	} else {
+		s.committed = bytes.Count(out[min(prefix, n):n], []byte{'\n'})
+	}
 	s.chain.Commit(s.sealed[:s.committed])
 	s.timer.Arm(s.chain)
 	if s.committed == len(s.sealed) {
