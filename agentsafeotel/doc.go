@@ -50,9 +50,9 @@
 // # Span events
 //
 // capability.approval_requested (agentsafe.approval_id, agentsafe.reason),
-// capability.approval_consumed (agentsafe.approver.id) and
-// capability.approval_denied (agentsafe.code, agentsafe.reason) go on the
-// execution's span. capability.approved and .rejected happen where the
+// capability.approval_consumed (agentsafe.approver.id),
+// capability.approval_denied and capability.approval_stale (agentsafe.code,
+// agentsafe.reason) go on the execution's span. capability.approved and .rejected happen where the
 // approver decides (an approval console, maybe on another instance): they
 // go on the span of the context given to [middleware.Engine.Decide], if one
 // is recording, naming the requesting execution.

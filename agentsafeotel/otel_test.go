@@ -603,3 +603,31 @@ func TestDroppedEventsAreAMetric(t *testing.T) {
 		_ = mp.Shutdown(context.Background())
 	})
 }
+
+// TestAStaleResumeIsASpanEvent: a resume refused because the state the
+// approval was given for changed says so on its execution's span.
+func TestAStaleResumeIsASpanEvent(t *testing.T) {
+	version := "v1"
+	f := newOtelFixture(t, middleware.NewRegistry().Register(procRefund, middleware.Capability{
+		SideEffect: middleware.SideEffectWrite, Approval: middleware.Approval{Required: true},
+		Preview: func(context.Context, middleware.PreviewInput) (middleware.Preview, error) {
+			return middleware.Preview{Text: "refund 120.00 EUR", State: []byte(version)}, nil
+		},
+	}))
+	call := func(approvalID string) middleware.Envelope {
+		_, env, _ := execute(as(t.Context(), agent), f.eng, procRefund, adapter.Call[any]{Input: input, ApprovalID: approvalID}, func(context.Context) (any, error) {
+			return nil, nil
+		})
+		return env
+	}
+	req := call("")
+	if _, err := f.eng.Decide(t.Context(), req.ApprovalID, store.Decision{Approve: true, Approver: boss}); err != nil {
+		t.Fatal(err)
+	}
+	version = "v2"
+	stale := call(req.ApprovalID)
+	exe, attempts := f.execution(stale.ExecutionID)
+	if ev := eventAttrs(exe, "capability.approval_stale"); len(attempts) != 0 || ev["agentsafe.code"] != "APPROVAL_STALE" || ev["agentsafe.approval_id"] != req.ApprovalID {
+		t.Errorf("a stale resume: %d attempts, span events %q, approval_stale %v", len(attempts), eventNames(exe), ev)
+	}
+}

@@ -11,7 +11,7 @@ import (
 
 // HandleEvent implements [middleware.EventSink]. Approval steps become
 // events on the span in ctx: the execution's span for the steps an
-// execution takes (requested, consumed, denied; the engine delivers them in
+// execution takes (requested, consumed, denied, stale; the engine delivers them in
 // the context its tracer made), the decider's own span, if any, for
 // approved and rejected. Final, retried, approved/rejected and
 // abandoned_result events feed the metrics. Comments, error texts and
@@ -21,7 +21,7 @@ func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
 		return
 	}
 	switch e.Type {
-	case middleware.EventApprovalRequested, middleware.EventApprovalConsumed, middleware.EventApprovalDenied:
+	case middleware.EventApprovalRequested, middleware.EventApprovalConsumed, middleware.EventApprovalDenied, middleware.EventApprovalStale:
 		i.spanEvent(ctx, e)
 	case middleware.EventApproved, middleware.EventRejected:
 		i.spanEvent(ctx, e)
@@ -63,7 +63,7 @@ func (i *Instrumentation) spanEvent(ctx context.Context, e middleware.Event) {
 	switch e.Type {
 	case middleware.EventApprovalRequested:
 		attrs = append(attrs, keyReason.String(e.Reason))
-	case middleware.EventApprovalDenied:
+	case middleware.EventApprovalDenied, middleware.EventApprovalStale:
 		attrs = append(attrs, keyCode.String(e.Code.String()), keyReason.String(e.Reason))
 	case middleware.EventApprovalConsumed:
 		attrs = append(attrs, keyApproverID.String(e.Approver.ID))

@@ -65,11 +65,11 @@ func (s *ApprovalStore) Create(ctx context.Context, req store.ApprovalRequest) (
 	}
 	a := req.Requester
 	rows, err := s.pool.Query(ctx, "SELECT "+recordColumns("a.status")+", a.payload FROM agentsafe.approval_create("+
-		"$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) a",
+		"$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) a",
 		req.ID, req.Audience, req.Procedure, req.Type, req.Quorum,
 		a.ID, a.Tenant, a.Kind, list(a.OnBehalfOf),
 		req.RequestedBy, req.Digest, binding(req.Audience, a, req.Procedure, req.Type, req.Quorum, req.Digest), req.View, list(req.Reasons), req.SideEffect, req.Risk,
-		req.ExpiresIn, payload(req.Payload), s.cfg.maxPending, s.cfg.retention, s.cfg.clockSkew())
+		req.ExpiresIn, payload(req.Payload), s.cfg.maxPending, s.cfg.retention, s.cfg.clockSkew(), req.PreviewText, req.PreviewDigest)
 	if err != nil {
 		return store.ApprovalRecord{}, err
 	}
@@ -162,11 +162,13 @@ const maxTries = 3
 // writes only when every check of the contract holds, as of the database
 // clock, and returns only what the execution needs (the deciding vote).
 // The binding column stands for audience, whole actor, procedure, approval
-// type, quorum and digest at once.
+// type, quorum and digest at once; the preview digest is compared when the
+// resume has one ($6; empty when the capability has no preview).
 const consumeSQL = `UPDATE agentsafe.approvals a SET
 	status = 'consumed', consumed_by = $2, consumed_at = clock_timestamp() + $1::interval, lease = $3::interval,
 	retain_until = greatest(a.expires_at, clock_timestamp() + $1::interval + $3::interval) + a.retention
 WHERE a.id = $4 AND a.status = 'approved' AND clock_timestamp() + $1::interval < a.expires_at AND a.binding = $5
+	AND ($6 = '' OR a.preview_digest = $6)
 RETURNING a.approval_type, a.approver_id, a.approver_tenant, a.approver_kind, a.approver_on_behalf_of, a.comment, a.decided_at`
 
 // Consume implements [store.ApprovalStore]: one conditional UPDATE …
@@ -182,7 +184,7 @@ func (s *ApprovalStore) Consume(ctx context.Context, id string, req store.Consum
 	for range maxTries {
 		got := store.ConsumedApproval{ID: id}
 		var decidedAt pgtimestamptz
-		err := s.pool.QueryRow(ctx, consumeSQL, s.cfg.clockSkew(), req.ExecutionID, req.Lease, id, bound).
+		err := s.pool.QueryRow(ctx, consumeSQL, s.cfg.clockSkew(), req.ExecutionID, req.Lease, id, bound, req.PreviewDigest).
 			Scan(&got.Type, &got.Approver.ID, &got.Approver.Tenant, &got.Approver.Kind, &got.Approver.OnBehalfOf, &got.Comment, &decidedAt)
 		if err == nil {
 			got.DecidedAt = timeOf(decidedAt)

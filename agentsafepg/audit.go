@@ -35,7 +35,7 @@ import (
 // writes again with its next record, or on its own a little later when
 // none comes.
 //
-// Its rows form a hash chain of its own (SPEC §15; migration 0007): each
+// Its rows form a hash chain of its own (SPEC §15; migration 0008): each
 // has chain (the sink's, [AuditSink.Chain]), chain_seq (1, 2, 3 … without
 // gaps: a row takes its number when it is committed), prev and hash, a
 // SHA-256 over prev and every field of the row as stored. After every

@@ -53,7 +53,7 @@ func OnCheckpoint(f func(auditlog.Checkpoint)) AuditOption {
 }
 
 // chainWriter gives the sink's rows their places in its chain and writes
-// them (migration 0007).
+// them (migration 0008).
 type chainWriter struct {
 	pool *pgxpool.Pool
 

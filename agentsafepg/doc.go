@@ -90,7 +90,7 @@
 // for the two questions an audit asks: every event of one execution, and
 // every execution of one actor.
 //
-// The rows are tamper-evident (SPEC §15, migration 0007). Each sink writes
+// The rows are tamper-evident (SPEC §15, migration 0008). Each sink writes
 // a hash chain of its own, so instances never wait on one head: every row
 // has chain (the sink's id, [AuditSink.Chain]), chain_seq (1, 2, 3 …
 // without gaps: a row takes its number when its batch commits, so a batch

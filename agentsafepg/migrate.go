@@ -59,6 +59,13 @@ func migrations() ([]migration, error) {
 		out = append(out, migration{version: version, name: name, sql: string(b)})
 	}
 	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			// Migrate would apply both once, but a database that has one
+			// would never get the other.
+			return nil, fmt.Errorf("agentsafepg: migrations %04d_%s and %04d_%s share a version", out[i-1].version, out[i-1].name, out[i].version, out[i].name)
+		}
+	}
 	return out, nil
 }
 

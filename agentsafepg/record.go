@@ -28,7 +28,7 @@ func recordColumns(status string) string {
 		status + `, a.requested_at, a.expires_at, a.votes,
 		a.approver_id, a.approver_tenant, a.approver_kind, a.approver_on_behalf_of, a.comment, a.decided_at,
 		a.consumed_by, a.consumed_at, a.consumed_at + a.lease,
-		a.outcome_status, a.outcome_code, a.outcome_late, a.outcome_at`
+		a.outcome_status, a.outcome_code, a.outcome_late, a.outcome_at, a.preview_text, a.preview_digest`
 }
 
 // pgtimestamptz is a nullable timestamp; NULL reads as the zero time.
@@ -60,7 +60,7 @@ func collect(rows pgx.Rows, withPayload bool) ([]store.ApprovalRecord, error) {
 			&status, &r.RequestedAt, &r.ExpiresAt, &votes,
 			&r.Approver.ID, &r.Approver.Tenant, &r.Approver.Kind, &r.Approver.OnBehalfOf, &r.Comment, &decidedAt,
 			&r.ConsumedBy, &consumedAt, &leaseUntil,
-			&outcomeStatus, &r.Outcome.Code, &r.Outcome.Late, &oAt}
+			&outcomeStatus, &r.Outcome.Code, &r.Outcome.Late, &oAt, &r.PreviewText, &r.PreviewDigest}
 		if withPayload {
 			dest = append(dest, &payload)
 		}

@@ -21,7 +21,13 @@ import (
 // needs to decide, and the decision once made. It carries no input other
 // than the redacted view, and no digest.
 type Approval struct {
-	ID        string    `json:"id"`
+	ID string `json:"id"`
+	// Preview is the effect the call would have, as the server computed
+	// it from its state when the approval was requested (the capability's
+	// Preview): plain text, shown first and as text. The approval runs
+	// only while the state is what it was computed from. Empty for a
+	// capability without a preview.
+	Preview   string    `json:"preview,omitempty"`
 	Procedure string    `json:"procedure"`
 	Type      string    `json:"type,omitempty"`
 	Requester Person    `json:"requester"`
@@ -107,7 +113,7 @@ func (c *console) view(rec store.ApprovalRecord) string {
 
 func (c *console) approval(rec store.ApprovalRecord, approver middleware.Actor) Approval {
 	a := Approval{
-		ID: rec.ID, Procedure: rec.Procedure, Type: rec.Type, Requester: person(rec.Requester),
+		ID: rec.ID, Preview: rec.PreviewText, Procedure: rec.Procedure, Type: rec.Type, Requester: person(rec.Requester),
 		Reasons: rec.Reasons, View: c.view(rec), Effect: rec.SideEffect, Risk: rec.Risk,
 		Status: rec.Status.String(), Requested: rec.RequestedAt, Expires: rec.ExpiresAt,
 		SelfRequested: errors.Is(store.CheckApprover(rec.Requester, approver, false), store.ErrSelfApproval),

@@ -1,6 +1,7 @@
 package approvalconsole_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -433,5 +434,26 @@ func TestSessionTellsThePageHowOftenToPoll(t *testing.T) {
 				t.Fatalf("pollMillis %d (%v), want %d", s.PollMillis, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestTheAPIShowsThePreview: the list and one approval carry the
+// preview's text, first; a capability without one has none.
+func TestTheAPIShowsThePreview(t *testing.T) {
+	const text = "refund 120.00 EUR of order 42 to card ****1234"
+	e := newEnvPreview(t, "", nil, 1, func(context.Context, middleware.PreviewInput) (middleware.Preview, error) {
+		return middleware.Preview{Text: text, State: []byte("v1")}, nil
+	})
+	id := e.requested(agent, "42")
+	for _, path := range []string{"/api/approvals", "/api/approvals/" + id} {
+		r := e.do(req{method: "GET", path: path, session: "s-bob"})
+		if r.status != http.StatusOK || !bytes.Contains(r.body, []byte(`"id":"`+id+`","preview":"`+text+`"`)) {
+			t.Errorf("GET %s must show the preview right after the id: %d %s", path, r.status, r.body)
+		}
+	}
+	plain := newEnv(t)
+	other := plain.requested(agent, "43")
+	if r := plain.do(req{method: "GET", path: "/api/approvals/" + other, session: "s-bob"}); bytes.Contains(r.body, []byte(`"preview"`)) {
+		t.Errorf("an approval without a preview shows none: %s", r.body)
 	}
 }

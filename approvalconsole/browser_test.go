@@ -560,3 +560,64 @@ func TestBrowserAStaleRefreshDoesNotUndoAVote(t *testing.T) {
 		t.Errorf("after a stale refresh arrived: tally %q, status %q; want the vote's 2 of 2, approved", tally, status)
 	}
 }
+
+// TestBrowserShowsThePreviewFirstAsText: a capability's preview, the
+// effect as the server computed it, is the first thing a card shows, on
+// the pending list and on the deep link, and markup in it is shown as
+// text: no element is made of it.
+func TestBrowserShowsThePreviewFirstAsText(t *testing.T) {
+	const text = `refund 120.00 EUR of order 42 to card ****1234 <b>now</b> <img src="x" class="xss" onerror="window.xss=1">`
+	ctx := browser(t)
+	e := newEnvPreview(t, "", nil, 1, func(context.Context, middleware.PreviewInput) (middleware.Preview, error) {
+		return middleware.Preview{Text: text, State: []byte("order 42 v1")}, nil
+	})
+	id := e.requested(agent, "42")
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(e.eng, authorize)))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	card := `.approval[data-id="` + id + `"]`
+	for _, page := range []struct{ name, url string }{
+		{"the pending list", srv.URL + "/console/"},
+		{"the deep link", approvalconsole.Link(srv.URL + "/console")(id)},
+	} {
+		err := chromedp.Do(ctx,
+			signIn(srv.URL, "s-bob"),
+			chromedp.Navigate(page.url),
+			chromedp.WaitVisible(chromedp.CSS(card+" pre.preview")),
+		)
+		if err != nil {
+			t.Fatalf("%s: the preview did not show: %v", page.name, err)
+		}
+		shown, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(card+" pre.preview")))
+		if err != nil || shown != text {
+			t.Errorf("%s: the preview reads %q (%v), want the server's text as it is: %q", page.name, shown, err, text)
+		}
+		first, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('`+card+` dl').firstElementChild.textContent + " | " + document.querySelector('`+card+` dl > dd').innerText`))
+		if err != nil || first != "What will happen | "+text {
+			t.Errorf("%s: the card must show the preview first, got %q (%v)", page.name, first, err)
+		}
+		made, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector(".approval b, .approval img, .xss") !== null || window.xss === 1`))
+		if err != nil || made {
+			t.Fatalf("%s: markup in the preview became an element (%v)", page.name, err)
+		}
+		screenshot(t, ctx, "console-preview-"+strings.ReplaceAll(page.name, " ", "-")+".png")
+	}
+
+	// A capability without a preview shows no empty preview line.
+	plain := newEnv(t)
+	other := plain.requested(agent, "43")
+	mux = http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", approvalconsole.New(plain.eng, authorize)))
+	srv2 := httptest.NewServer(mux)
+	defer srv2.Close()
+	card = `.approval[data-id="` + other + `"]`
+	err := chromedp.Do(ctx, signIn(srv2.URL, "s-bob"), chromedp.Navigate(srv2.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if visible, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('`+card+` pre.preview').offsetParent !== null`)); visible {
+		t.Error("a card without a preview shows an empty preview")
+	}
+}

@@ -99,7 +99,11 @@
 //
 // # What the page shows
 //
-// Procedure, approval type, risk and side effect, the requester and whom
+// First, when the capability has a preview (middleware.WithPreview), the
+// effect the call would have as the server computed it from its state
+// when the approval was requested ("What will happen"): the approval runs
+// only while the state is still that one. Then procedure, approval type,
+// risk and side effect, the requester and whom
 // they act for, the reasons, the expiry, and a redacted view of the input:
 // the record's View, which the engine rendered through the application's
 // middleware.WithApprovalView, or what [WithRedaction] returns. Never the

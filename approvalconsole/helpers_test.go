@@ -120,6 +120,13 @@ func newEnvFor(t *testing.T, audience string, shared *env, opts ...approvalconso
 // must approve.
 func newEnvQuorum(t *testing.T, audience string, shared *env, quorum int, opts ...approvalconsole.Option) *env {
 	t.Helper()
+	return newEnvPreview(t, audience, shared, quorum, nil, opts...)
+}
+
+// newEnvPreview is newEnvQuorum with a refund whose capability has
+// preview (nil for none).
+func newEnvPreview(t *testing.T, audience string, shared *env, quorum int, preview func(context.Context, middleware.PreviewInput) (middleware.Preview, error), opts ...approvalconsole.Option) *env {
+	t.Helper()
 	e := &env{t: t, rec: &agentsafetest.Recorder{}, now: time.Now().Truncate(time.Second)}
 	e.store = approvalstore.NewMemory(approvalstore.WithClock(e.clock))
 	if shared != nil {
@@ -128,6 +135,7 @@ func newEnvQuorum(t *testing.T, audience string, shared *env, quorum int, opts .
 	reg := middleware.NewRegistry().Register(procRefund, middleware.Capability{
 		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
 		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute, Quorum: quorum},
+		Preview:  preview,
 	})
 	var err error
 	e.eng, err = middleware.New(reg, middleware.WithApprovalStore(e.store), middleware.WithActor(actorOf),

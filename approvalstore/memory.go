@@ -52,7 +52,7 @@ func (m *Memory) Create(_ context.Context, req store.ApprovalRequest) (store.App
 		if status(r, now) != store.ApprovalPending || r.Audience != req.Audience || q.ID != req.Requester.ID || q.Tenant != req.Requester.Tenant {
 			continue
 		}
-		if store.SameActor(q, req.Requester) && r.Procedure == req.Procedure && r.Digest == req.Digest {
+		if store.SameActor(q, req.Requester) && r.Procedure == req.Procedure && r.Digest == req.Digest && r.PreviewDigest == req.PreviewDigest {
 			return clone(r, now), nil // the same call asked again: the same approval
 		}
 		pending++

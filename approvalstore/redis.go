@@ -231,7 +231,7 @@ func (s *Redis) Consume(ctx context.Context, id string, req store.ConsumeRequest
 	}
 	a := req.Actor
 	args := []any{s.offset(), req.Audience, a.ID, a.Tenant, a.Kind, jsonList(a.OnBehalfOf), req.Procedure, req.Type, quorum(req.Quorum),
-		req.Digest, req.ExecutionID, micros(req.Lease), micros(s.cfg.retention), flag(s.cfg.waitN > 0)}
+		req.Digest, req.ExecutionID, micros(req.Lease), micros(s.cfg.retention), flag(s.cfg.waitN > 0), req.PreviewDigest}
 	key := s.recordKey(id)
 	var r reply
 	var err error
@@ -479,6 +479,7 @@ var scriptErrors = map[string]error{
 	"consumed":        store.ErrApprovalConsumed,
 	"resume_mismatch": store.ErrApprovalResumeMismatch,
 	"input_mismatch":  store.ErrApprovalInputMismatch,
+	"stale":           store.ErrApprovalStale,
 }
 
 func scriptError(r reply) error {

@@ -114,7 +114,7 @@ func (s *Redis) samePending(ctx context.Context, id string, req store.ApprovalRe
 		return store.ApprovalRecord{}, false, err
 	}
 	ok := rec.Status == store.ApprovalPending && rec.Audience == req.Audience && store.SameActor(rec.Requester, req.Requester) &&
-		rec.Procedure == req.Procedure && rec.Digest == req.Digest
+		rec.Procedure == req.Procedure && rec.Digest == req.Digest && rec.PreviewDigest == req.PreviewDigest
 	return rec, ok, nil
 }
 
@@ -154,10 +154,16 @@ func (s *Redis) discard(ctx context.Context, key string, err error) (store.Appro
 // pendingField is the field of req's call in its requester's pending
 // index: the procedure, the digest and the rest of the whole actor (the
 // index's key has its audience, tenant and id), so that one session's
-// pending call is never another's.
+// pending call is never another's, and the preview digest, if any, so
+// that a changed preview is another request (without one, the field is
+// as before previews: records made then are still found).
 func pendingField(req store.ApprovalRequest) string {
 	a := req.Requester
-	return req.Procedure + "\n" + req.Digest + "\n" + ids.Derive("", append([]string{a.Kind}, a.OnBehalfOf...)...)
+	f := req.Procedure + "\n" + req.Digest + "\n" + ids.Derive("", append([]string{a.Kind}, a.OnBehalfOf...)...)
+	if req.PreviewDigest != "" {
+		f += "\n" + req.PreviewDigest
+	}
+	return f
 }
 
 // entryID returns the id of a pending-index entry, "id expires_at".

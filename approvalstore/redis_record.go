@@ -20,6 +20,7 @@ import (
 //	side_effect, risk                                           names ("write", "high")
 //	expires_in                                                  microseconds
 //	quorum                                                      approvers needed (0 means 1)
+//	preview_text, preview_digest                                strings, if the capability has a preview
 //	payload                                                     opaque bytes, if any
 //	status                                                      pending, approved, rejected,
 //	                                                            consumed, completed, failed
@@ -43,7 +44,8 @@ var recordFields = []string{
 	"requester_id", "requester_tenant", "requester_kind", "requester_on_behalf_of", "reasons",
 	"side_effect", "risk", "expires_in", "quorum", "status", "requested_at", "expires_at", "votes",
 	"approver_id", "approver_tenant", "approver_kind", "approver_on_behalf_of", "comment", "decided_at",
-	"consumed_by", "consumed_at", "lease_until", "outcome", "outcome_late", "outcome_at", "payload",
+	"consumed_by", "consumed_at", "lease_until", "outcome", "outcome_late", "outcome_at",
+	"preview_text", "preview_digest", "payload",
 }
 
 // listFields are the fields List reads: all but the payload.
@@ -69,6 +71,9 @@ func requestFields(req store.ApprovalRequest) []any {
 		"risk", req.Risk,
 		"expires_in", strconv.FormatInt(req.ExpiresIn.Microseconds(), 10),
 		"quorum", strconv.Itoa(req.Quorum),
+	}
+	if req.PreviewDigest != "" {
+		f = append(f, "preview_text", req.PreviewText, "preview_digest", req.PreviewDigest)
 	}
 	if len(req.Payload) > 0 {
 		f = append(f, "payload", req.Payload)
@@ -118,6 +123,8 @@ func decodeRecord(fields map[string]string) (store.ApprovalRecord, error) {
 	r.RequestedBy = d.f["requested_by"]
 	r.Digest = d.f["digest"]
 	r.View = d.f["view"]
+	r.PreviewText = d.f["preview_text"]
+	r.PreviewDigest = d.f["preview_digest"]
 	r.Reasons = d.list("reasons")
 	r.SideEffect = d.f["side_effect"]
 	r.Risk = d.f["risk"]

@@ -42,6 +42,9 @@ run go test -run '^$' -bench '^BenchmarkAuditVerify$' -benchtime 3x -count 3 . >
 run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
 # Approval consumption on real Redis.
 run ./redis.sh >"$out/redis.txt"
+# A resume with a preview against one without, alternating, memory and Redis.
+AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^TestPreviewTarget$' -v . |
+	sed -n 's/^ *preview_test.go:[0-9]*: //p' >"$out/preview.txt"
 
 {
 	echo '## Governed vs floor, failsafe-go Get and GetAsync'
@@ -93,4 +96,4 @@ ratios() {
 	ratios chain.txt BenchmarkAuditChainConnect/sink=chained BenchmarkAuditChainConnect/sink=unchained 'governed Connect call, chained strict sink / unchained, loopback' '<=1.1'
 } >"$out/ratios.md"
 run go run ./cmd/loadplot "$out/load.txt" load.svg >"$out/load.md"
-echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/chain.txt, $out/scale.txt, $out/redis.txt, load.svg" >&2
+echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/chain.txt, $out/scale.txt, $out/redis.txt, $out/preview.txt, load.svg" >&2

@@ -152,6 +152,16 @@ type suite struct {
 	returned map[string]chan struct{}
 	ids      atomic.Int64
 	reconcileState
+	// version is the state a gated fixture's preview reads, for the rules
+	// that give it one (previewed).
+	version atomic.Int32
+}
+
+// previewed is the preview of a rule that gives the gated fixture one: the
+// effect, and the state it depends on, s.version.
+func (s *suite) previewed(_ context.Context, _ middleware.PreviewInput) (middleware.Preview, error) {
+	v := s.version.Load()
+	return middleware.Preview{Text: fmt.Sprintf("refund 120.00 EUR of order 42 (version %d)", v), State: fmt.Appendf(nil, "version %d", v)}, nil
 }
 
 func newSuite(t *testing.T, h Harness, r adapterRule, inline bool) *suite {
@@ -626,6 +636,35 @@ var adapterRules = []adapterRule{
 		r = s.call(FixtureGated, req, id)
 		s.expect("a second resume is refused", r, middleware.CodeApprovalConsumed)
 		s.wantRuns("a second resume must not run", req.ID, 1)
+	}},
+	{name: "Approval/a resume after the previewed state changed is APPROVAL_STALE and runs nothing", capabilities: func(s *suite, caps map[Fixture]middleware.Capability) {
+		c := caps[FixtureGated]
+		c.Preview = s.previewed
+		caps[FixtureGated] = c
+	}, check: func(s *suite) {
+		const rule = "a resume whose capability's preview computes another state than the approved one is APPROVAL_STALE: nothing runs and nothing is consumed"
+		s.version.Store(1)
+		req := s.request(ModeOK)
+		r := s.call(FixtureGated, req, "")
+		s.expect(rule, r, middleware.CodeApprovalRequired)
+		id := r.Envelope.ApprovalID
+		if _, err := s.eng.Decide(s.Context(), id, store.Decision{Approve: true, Approver: suiteApprover}); err != nil {
+			s.Fatal(err)
+		}
+		s.version.Store(2)
+		r = s.call(FixtureGated, req, id)
+		s.expect(rule, r, middleware.CodeApprovalStale)
+		s.wantRuns(rule, req.ID, 0)
+		if r.Envelope.Error.Retryable || r.Header.Get(adapter.HeaderCode) != middleware.CodeApprovalStale.String() || !r.EngineDetail {
+			s.Errorf("%s: a stale resume is not retryable, says %s in %s and carries agentsafe's detail: envelope %+v, header %q, detail %t",
+				rule, middleware.CodeApprovalStale, adapter.HeaderCode, r.Envelope.Error, r.Header.Get(adapter.HeaderCode), r.EngineDetail)
+		}
+		s.version.Store(1)
+		r = s.call(FixtureGated, req, id)
+		s.expect("once the state is as approved, the approval runs", r, middleware.CodeOK)
+		if runs := s.wantRuns(rule, req.ID, 1); string(runs[0].ApprovedState) != "version 1" {
+			s.Errorf("%s: the handler must see the approved state, got %q", rule, runs[0].ApprovedState)
+		}
 	}},
 	{name: "Headers/a malformed Agentsafe-Approval-Id is INVALID_ARGUMENT", check: func(s *suite) {
 		const rule = "a malformed agentsafe header is INVALID_ARGUMENT naming the header"

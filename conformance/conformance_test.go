@@ -305,6 +305,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
 			"Keys/a_handler's_framework_error_is_replayed_unchanged",
 			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
+			"Approval/a_resume_after_the_previewed_state_changed_is_APPROVAL_STALE_and_runs_nothing",
 		),
 		"drops-approval-hints": inBoth("Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"),
 		// It decodes the request before it asks whether the call is hidden.
@@ -318,6 +319,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Idempotency/the_key_is_stable_across_retries_and_unique_across_calls",
 			"Approval/request,_approve,_resume_and_consume_once",
 			"Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry",
+			"Approval/a_resume_after_the_previewed_state_changed_is_APPROVAL_STALE_and_runs_nothing",
 			"Status/a_framework_Unavailable_status_is_transient",
 			"Isolation/a_handler_that_mutates_its_input_cannot_change_the_next_attempt's",
 			"Envelope/a_relayed_downstream_envelope_never_shadows_this_one",

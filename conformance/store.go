@@ -81,6 +81,39 @@ const (
 	otherDigest   = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 )
 
+// The preview digests of two states of what a call would change, and the
+// text approvers see of the first.
+const (
+	previewA    = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	previewB    = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	previewText = "refund 120.00 EUR of order 42 to card ****1234 (paid 150.00 EUR on 30 Nov)"
+)
+
+// previewed returns a new request of storeDigest with a preview of state
+// digest.
+func (c *storeCheck) previewed(digest string) store.ApprovalRequest {
+	req := c.request(storeDigest)
+	req.PreviewText, req.PreviewDigest = previewText, digest
+	return req
+}
+
+// approvedPreview returns an approved record with a preview of previewA.
+func (c *storeCheck) approvedPreview() store.ApprovalRecord {
+	c.Helper()
+	rec := c.createReq(c.previewed(previewA))
+	if _, _, err := c.decide(rec.ID, vote(true, manager, "ok")); err != nil {
+		c.Fatalf("Decide: %v", err)
+	}
+	return rec
+}
+
+// resumeAt is a consume request whose preview computed digest.
+func (c *storeCheck) resumeAt(execution, digest string) store.ConsumeRequest {
+	req := c.consumeReq(execution)
+	req.PreviewDigest = digest
+	return req
+}
+
 // digestN is the n-th of a series of distinct digests.
 func digestN(n int) string { return fmt.Sprintf("sha256:%064d", n) }
 
@@ -258,6 +291,36 @@ var storeRules = []struct {
 		}
 		if list, err := c.s.Store.List(c.ctx, mine(0)); err != nil || len(list) != 0 {
 			c.Errorf("after refused requests List returned %d records, %v; want none", len(list), err)
+		}
+	}},
+	{"Create/keeps the preview's text and digest", func(c *storeCheck) {
+		rec := c.createReq(c.previewed(previewA))
+		if got := c.get(rec.ID); got.PreviewText != previewText || got.PreviewDigest != previewA {
+			c.Errorf("Get must return the preview's text and digest as Create stored them: %q, %q", got.PreviewText, got.PreviewDigest)
+		}
+		list, err := c.s.Store.List(c.ctx, mine(store.ApprovalPending))
+		if err != nil || len(list) != 1 || list[0].PreviewText != previewText || list[0].PreviewDigest != previewA {
+			c.Errorf("List must show approvers the preview's text: %+v, %v", list, err)
+		}
+		plain := c.create(otherDigest)
+		if got := c.get(plain.ID); got.PreviewText != "" || got.PreviewDigest != "" {
+			c.Errorf("a record without a preview has none: %q, %q", got.PreviewText, got.PreviewDigest)
+		}
+	}},
+	{"Create/a changed preview is a new request", func(c *storeCheck) {
+		first := c.createReq(c.previewed(previewA))
+		if again := c.createReq(c.previewed(previewA)); again.ID != first.ID {
+			c.Errorf("a repeat of a pending call with the same preview returns the same record: %s != %s", again.ID, first.ID)
+		}
+		changed := c.createReq(c.previewed(previewB))
+		if changed.ID == first.ID || changed.PreviewDigest != previewB {
+			c.Errorf("a changed preview is a new request: the call with preview B got %s (%s), the one with preview A %s", changed.ID, changed.PreviewDigest, first.ID)
+		}
+		if plain := c.create(storeDigest); plain.ID == first.ID || plain.ID == changed.ID {
+			c.Errorf("a request without a preview is not the same call as one with: %s", plain.ID)
+		}
+		if again := c.createReq(c.previewed(previewB)); again.ID != changed.ID {
+			c.Errorf("a changed preview is a new request, and a repeat of it returns that one: %s != %s", again.ID, changed.ID)
 		}
 	}},
 	{"Get/an unknown id is not found", func(c *storeCheck) {
@@ -732,6 +795,80 @@ var storeRules = []struct {
 		if _, err := c.s.Store.Consume(c.ctx, rec.ID, c.consumeReq("exe_a")); err != nil {
 			c.Errorf("after refused mismatches the record must still be consumable: %v", err)
 		}
+	}},
+	{"Consume/a changed preview is stale and changes nothing", func(c *storeCheck) {
+		rec := c.approvedPreview()
+		_, err := c.s.Store.Consume(c.ctx, rec.ID, c.resumeAt("exe_x", previewB))
+		c.wantErr("a resume whose preview differs from the approved one must get APPROVAL_STALE", err, store.ErrApprovalStale)
+		if got := c.get(rec.ID); got.Status != store.ApprovalApproved || got.ConsumedBy != "" {
+			c.Errorf("a stale resume must consume nothing: the record is %s, consumed by %q", got.Status, got.ConsumedBy)
+		}
+		if _, err := c.s.Store.Consume(c.ctx, rec.ID, c.resumeAt("exe_a", previewA)); err != nil {
+			c.Errorf("once the state is as approved, the record is consumed: %v", err)
+		}
+		_, err = c.s.Store.Consume(c.ctx, rec.ID, c.resumeAt("exe_y", previewB))
+		c.wantErr("a consumed record is consumed, whatever the preview", err, store.ErrApprovalConsumed)
+	}},
+	{"Consume/a record without a preview is stale for a resume with one", func(c *storeCheck) {
+		rec := c.approved() // made before its capability had a preview
+		_, err := c.s.Store.Consume(c.ctx, rec.ID, c.resumeAt("exe_x", previewA))
+		c.wantErr("a record without a preview digest, resumed with one, must get APPROVAL_STALE (fail closed)", err, store.ErrApprovalStale)
+		if got := c.get(rec.ID); got.Status != store.ApprovalApproved {
+			c.Errorf("a stale resume must consume nothing: the record is %s", got.Status)
+		}
+	}},
+	{"Consume/without a preview digest the record's is not compared", func(c *storeCheck) {
+		rec := c.approvedPreview()
+		if _, err := c.s.Store.Consume(c.ctx, rec.ID, c.consumeReq("exe_a")); err != nil {
+			c.Errorf("a resume without a preview digest (its capability has none) consumes as before: %v", err)
+		}
+	}},
+	{"Consume/staleness is checked after the other bindings", func(c *storeCheck) {
+		rec := c.approvedPreview()
+		req := c.resumeAt("exe_x", previewB)
+		req.Digest = otherDigest
+		_, err := c.s.Store.Consume(c.ctx, rec.ID, req)
+		c.wantErr("another input with a changed preview is an input mismatch first", err, store.ErrApprovalInputMismatch)
+		req = c.resumeAt("exe_x", previewB)
+		req.Type = "director"
+		_, err = c.s.Store.Consume(c.ctx, rec.ID, req)
+		c.wantErr("another approval type with a changed preview is a resume mismatch first", err, store.ErrApprovalResumeMismatch)
+		pending := c.createReq(c.previewed(previewB))
+		_, err = c.s.Store.Consume(c.ctx, pending.ID, c.resumeAt("exe_x", previewA))
+		c.wantErr("a pending record is pending, whatever the preview", err, store.ErrApprovalPending)
+	}},
+	{"Consume/concurrent consumers with a preview have exactly one winner", func(c *storeCheck) {
+		rec := c.approvedPreview()
+		const racers = 64
+		var wins, stale atomic.Int32
+		var others sync.Map
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				digest := previewA
+				if i%2 == 1 {
+					digest = previewB // the state flipped for half of them
+				}
+				_, err := c.s.Store.Consume(c.ctx, rec.ID, c.resumeAt(fmt.Sprintf("exe_%d", i), digest))
+				switch {
+				case err == nil && digest == previewA:
+					wins.Add(1)
+				case errors.Is(err, store.ErrApprovalConsumed):
+				case errors.Is(err, store.ErrApprovalStale) && digest == previewB:
+					stale.Add(1)
+				default:
+					others.Store(i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			c.Errorf("exactly one of the concurrent consumers whose preview is the approved one must win, %d did", wins.Load())
+		}
+		others.Range(func(k, v any) bool {
+			c.Errorf("racer %v: %v, want success with the approved preview, APPROVAL_STALE with another, or APPROVAL_CONSUMED", k, v)
+			return true
+		})
 	}},
 	{"Consume/the quorum is bound like the type", func(c *storeCheck) {
 		rec := c.quorum(storeDigest, 2)

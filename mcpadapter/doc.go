@@ -146,7 +146,10 @@
 // one atomic step: the same actor, procedure and input digest, approved,
 // unexpired, unconsumed. So the argument cannot be bent into another call:
 // other arguments are APPROVAL_INPUT_MISMATCH, another tool
-// APPROVAL_RESUME_MISMATCH, a second resume APPROVAL_CONSUMED. The bridge
+// APPROVAL_RESUME_MISMATCH, a second resume APPROVAL_CONSUMED; when the
+// tool's capability has a preview (middleware.WithPreview) and the state
+// it previews changed since the approval, APPROVAL_STALE, whose result
+// tells the model to call again without "_approval_id". The bridge
 // keeps no state between calls: the resume may reach another instance, or
 // come in another session, than the call that asked for the approval.
 //
@@ -163,15 +166,18 @@
 //     (Capabilities.Elicitation.URL) gets, for a call that requested a new
 //     approval, an input-required result holding one URL elicitation: the
 //     deep link, elicitation id = approval id, and the request state sealed
-//     under the result key. A repeat of a pending request is not asked
-//     again; it gets the URL result.
+//     under the result key. Its message starts with the preview's text
+//     when the capability has a preview: the effect the user is asked to
+//     have approved. A repeat of a pending request is not asked again; it
+//     gets the URL result.
 //   - The round that answers it (the same tool and arguments, the state,
 //     the client's response) presents that approval; the engine checks
 //     first that it is the caller's (the whole actor) for this procedure
 //     and input, else refuses at once (APPROVAL_NOT_FOUND,
 //     APPROVAL_INPUT_MISMATCH). The client's accept is never the approval:
 //     it only makes the round wait, at most [WithApprovalWait] (60 s, never
-//     past expiry), for a person's decision, then consume it and run the
+//     past expiry), for a person's decision, then consume it (previewing
+//     again: the state as it is once decided) and run the
 //     call as a new execution whose result is the tool result. Still
 //     undecided (or declined), the URL result. A client that cancels the
 //     round ends the wait, with nothing run or consumed. On 2025-11-25

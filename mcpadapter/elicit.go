@@ -65,8 +65,8 @@ func (t *tool) askToDecide(ctx context.Context, req *mcp.CallToolRequest, res *c
 			Mode:          "url",
 			URL:           env.ApprovalURL,
 			ElicitationID: env.ApprovalID,
-			Message: fmt.Sprintf("%s needs a person's approval before it runs. Open the link to see the request; "+
-				"whoever may approve it decides there. The call continues once it is approved.", t.def.Name),
+			Message: previewFirst(rec.PreviewText, fmt.Sprintf("%s needs a person's approval before it runs. Open the link to see the request; "+
+				"whoever may approve it decides there. The call continues once it is approved.", t.def.Name)),
 		}},
 		RequestState: base64.RawURLEncoding.EncodeToString(sealed),
 	}
@@ -76,6 +76,16 @@ func (t *tool) askToDecide(ctx context.Context, req *mcp.CallToolRequest, res *c
 		r.Meta[metaAwaiting] = a
 	}
 	return r
+}
+
+// previewFirst puts the effect the server previewed, if any, before the
+// rest of an elicitation's message: what the user is asked to have
+// approved is what runs.
+func previewFirst(preview, rest string) string {
+	if preview == "" {
+		return rest
+	}
+	return preview + "\n\n" + rest
 }
 
 // answer is the round that answers the bridge's elicitation: the same
@@ -147,7 +157,8 @@ func decided(env middleware.Envelope) bool {
 		return env.Status == middleware.StatusCompleted
 	}
 	switch env.Error.Code {
-	case middleware.CodeApprovalRejected, middleware.CodeApprovalExpired, middleware.CodeApprovalConsumed:
+	case middleware.CodeApprovalRejected, middleware.CodeApprovalExpired, middleware.CodeApprovalConsumed,
+		middleware.CodeApprovalStale: // approved, for a state that has changed since
 		return true
 	}
 	return env.Attempts > 0 // the approval was consumed and the call ran

@@ -119,6 +119,9 @@ func (t *tool) next(env middleware.Envelope, approvalID string) string {
 			"call %s again with the same arguments and %q: %q.", id, decideAt(env), t.def.Name, approvalArgument, id)
 	case middleware.CodeApprovalConsumed:
 		return fmt.Sprintf("Approval %s was already used: the approved call ran once, and it does not run again under this approval.", id)
+	case middleware.CodeApprovalStale:
+		return fmt.Sprintf("Nothing was done: what approval %s approved has changed since (the server's preview of the effect differs now). "+
+			"Tell the user; to go on, call %s again with the same arguments and without %q: a person approves the call as things are now.", id, t.def.Name, approvalArgument)
 	}
 	return ""
 }

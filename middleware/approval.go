@@ -27,6 +27,7 @@ var approvalCodes = []struct {
 	{store.ErrApprovalConsumed, CodeApprovalConsumed},
 	{store.ErrApprovalInputMismatch, CodeApprovalInputMismatch},
 	{store.ErrApprovalResumeMismatch, CodeApprovalResumeMismatch},
+	{store.ErrApprovalStale, CodeApprovalStale},
 	{store.ErrTooManyPending, CodeResourceExhausted},
 }
 

@@ -135,6 +135,20 @@ type Capability struct {
 	// consumed, and is IDEMPOTENCY_IN_DOUBT otherwise. Nil, the default: a
 	// repeat of a key in doubt is IDEMPOTENCY_IN_DOUBT.
 	Reconcile func(ctx context.Context, key string) (Reconciled, error)
+	// Preview computes, from the server's current state, the effect a call
+	// would have ("refund 420.00 EUR of order 77 to card ****1234"): its
+	// Text is what approvers see first, and the approval is bound to the
+	// digest of its State. It is called when an approval is requested and
+	// again at resume, before the approval is consumed: a State whose
+	// digest differs refuses the resume APPROVAL_STALE (nothing runs,
+	// nothing is consumed). An error, a panic or a call that outlasts the
+	// capability's Timeout fails closed with PREVIEW_UNAVAILABLE; a Text
+	// over 4 KiB is an application bug (PREVIEW_UNAVAILABLE, not
+	// retryable, and a warning). The handler finds the approved State in
+	// [Execution].ApprovedState, to make its write conditional on it. Nil,
+	// the default, binds approvals to the input alone. For a capability
+	// declared by method options, see [WithPreview].
+	Preview func(ctx context.Context, in PreviewInput) (Preview, error)
 	// Inline declares that the handler honours its context — it returns
 	// soon after the context ends, as database/sql, pgx and net/http
 	// clients given the context do — so that unary attempts run on the

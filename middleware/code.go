@@ -66,6 +66,14 @@ const (
 	// CodeIdempotencyQuotaExceeded: the results the actor's keys keep are
 	// at their quota (WithResultQuota); nothing ran.
 	CodeIdempotencyQuotaExceeded
+	// CodeApprovalStale: the capability's preview of the effect, computed
+	// again at resume, differs from the one approved (the state changed);
+	// nothing ran and nothing was consumed.
+	CodeApprovalStale
+	// CodePreviewUnavailable: the capability's preview function failed;
+	// nothing was requested or ran. Retryable, unless the preview was
+	// oversize (an application bug).
+	CodePreviewUnavailable
 	numCodes
 )
 
@@ -95,6 +103,8 @@ var codeNames = [numCodes]string{
 	CodePolicyDenied:             "POLICY_DENIED",
 	CodePolicyUnavailable:        "POLICY_UNAVAILABLE",
 	CodeIdempotencyQuotaExceeded: "IDEMPOTENCY_QUOTA_EXCEEDED",
+	CodeApprovalStale:            "APPROVAL_STALE",
+	CodePreviewUnavailable:       "PREVIEW_UNAVAILABLE",
 }
 
 // String returns the code's wire name, for example "TIMEOUT".
@@ -120,7 +130,7 @@ func parseCode(s string) (Code, bool) {
 func (c Code) retryable() bool {
 	switch c {
 	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable, CodeAuditUnavailable,
-		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable:
+		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable, CodePreviewUnavailable:
 		return true
 	}
 	return false

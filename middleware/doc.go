@@ -52,7 +52,12 @@
 //     I-JSON check and digest, only when something needs them);
 //     capability.requested; the policies ([WithPolicy]), with the input:
 //     hide, deny, require approval; and the result store.
-//  3. Approval gate, for capabilities (or policies) that require one.
+//  3. Approval gate, for capabilities (or policies) that require one: a
+//     call without an approval id requests one; a call with one consumes
+//     it, atomically. A capability with a Preview has it computed at both:
+//     the record keeps its text and the digest of its state, and the
+//     consumption checks that the state is still the approved one
+//     (APPROVAL_STALE otherwise).
 //  4. Start: emit capability.started.
 //  5. Attempts: each attempt runs on its own goroutine under the caller's
 //     context plus its own timeout. The engine returns when the handler
@@ -75,6 +80,25 @@
 // and approval through [ExecutionFromContext]. The idempotency key is stable
 // across runtime retries and unique across executions: pass it to the
 // system where the effect lives. Exactly-once effects are not promised.
+//
+// # What the approver sees is what runs
+//
+// A capability's Preview ([Capability].Preview, or [WithPreview] for one
+// declared by method options) computes from the server's state the
+// effect a call would have: its Text is what approvers see first, and the
+// approval is bound to the digest of its State. A resume whose preview
+// computes another State is refused APPROVAL_STALE: nothing runs, nothing
+// is consumed, and the record stays approved. The preview, the
+// consumption and the handler's write are not one atomic step, so the
+// handler makes its write conditional on [Execution].ApprovedState in its
+// own transaction, and returns [NoEffect] when it finds the state changed:
+// the approval goes back to approved.
+//
+//	x, _ := middleware.ExecutionFromContext(ctx)
+//	// UPDATE orders SET … WHERE id = $1 AND version = $approved
+//	if rows == 0 {
+//		return nil, middleware.NoEffect(errOrderChanged)
+//	}
 //
 // # Inline: no hand-off, for handlers that honour their context
 //

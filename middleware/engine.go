@@ -62,6 +62,9 @@ type capability struct {
 	overrunWarned atomic.Int64
 	// route is what adapters resolve the procedure to.
 	route *route
+	// previewWarned is when the engine last warned that the capability's
+	// preview returned a text approvers cannot be shown (preview.go).
+	previewWarned atomic.Int64
 }
 
 // New validates every capability of reg (which may be nil) and of the
@@ -92,6 +95,7 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	}
 	errs = append(errs, cfg.storeProblems(merged)...)
 	errs = append(errs, cfg.resultProblems(merged)...)
+	errs = append(errs, cfg.previewProblems(merged)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

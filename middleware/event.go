@@ -44,6 +44,11 @@ const (
 	EventCompleted EventType = "capability.completed"
 	EventFailed    EventType = "capability.failed"
 	EventCancelled EventType = "capability.cancelled"
+
+	// EventApprovalStale reports a resume refused because the capability's
+	// preview, computed again, differs from the approved one: the state
+	// the approval was given for has changed. Nothing was consumed.
+	EventApprovalStale EventType = "capability.approval_stale"
 )
 
 // Final reports whether t ends an execution.

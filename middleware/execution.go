@@ -24,6 +24,14 @@ type Execution struct {
 	Actor     Actor
 	// Approval is the approval this execution consumed, or nil.
 	Approval *store.ConsumedApproval
+	// ApprovedState is the State of the capability's preview that the
+	// consumed approval was given for, computed again before it was
+	// consumed; nil without a preview. The preview, the consumption and
+	// the handler's write are not one atomic step: make the write
+	// conditional on it in the handler's own transaction (UPDATE … WHERE
+	// version = $approved), and return [NoEffect] when it finds the state
+	// changed.
+	ApprovedState []byte
 }
 
 // SubKey returns a stable idempotency key for one labelled downstream call
@@ -51,6 +59,7 @@ func ExecutionFromContext(ctx context.Context) (Execution, bool) {
 		Procedure:      x.proc,
 		Actor:          x.actor,
 		Approval:       x.approval,
+		ApprovedState:  x.approvedState(),
 	}, true
 }
 

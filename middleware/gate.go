@@ -70,12 +70,15 @@ func (x *execution) gate(reasons []string) *Error {
 }
 
 func (x *execution) requestApproval(approvals store.ApprovalStore, reasons []string) *Error {
+	if err := x.runPreview(); err != nil {
+		return err
+	}
 	view, err := x.approvalView()
 	if err != nil {
 		return &Error{Code: CodeApprovalUnavailable, Message: "could not render the input for approvers", Retryable: true, Cause: err}
 	}
 	c := x.cap
-	rec, err := approvals.Create(x.ctx, store.ApprovalRequest{
+	rec, err := approvals.Create(x.ctx, x.previewed(store.ApprovalRequest{
 		ID:          store.NewApprovalID(),
 		Audience:    x.e.cfg.audience,
 		Procedure:   x.proc,
@@ -90,7 +93,7 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reasons []str
 		Risk:        c.Risk.String(),
 		ExpiresIn:   c.expiresIn,
 		Payload:     x.mark().Payload,
-	})
+	}))
 	if err != nil {
 		return x.storeError(err)
 	}
@@ -118,6 +121,11 @@ func (x *execution) approvalView() (string, error) {
 func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 	id := x.call.ApprovalID
 	x.approvalID = id
+	// The effect as the state is now, before the consumption checks it
+	// against the approved one.
+	if err := x.runPreview(); err != nil {
+		return err
+	}
 	req := store.ConsumeRequest{
 		Audience:    x.e.cfg.audience,
 		Procedure:   x.proc,
@@ -128,13 +136,17 @@ func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 		ExecutionID: x.id,
 		Lease:       x.cap.lease,
 	}
+	req.PreviewDigest = x.preview.digest
 	got, err := x.consume(approvals, id, req)
 	if errors.Is(err, store.ErrApprovalPending) {
 		got, err = x.undecided(approvals, id, req, err) // wait.go
 	}
+	if e, ok := err.(*Error); ok { // the preview, computed again while the approval was undecided
+		return e
+	}
 	if err != nil {
 		e := x.storeError(err)
-		x.emit(Event{Type: EventApprovalDenied, ApprovalID: id, Code: e.Code, Reason: e.Message})
+		x.emit(Event{Type: staleOr(e.Code), ApprovalID: id, Code: e.Code, Reason: e.Message})
 		return e
 	}
 	x.consumed = true
@@ -208,6 +220,7 @@ var approvalMessages = map[Code]string{
 	CodeApprovalConsumed:       "the approval was already used",
 	CodeApprovalInputMismatch:  "the input differs from the approved input",
 	CodeApprovalResumeMismatch: "the approval is for another procedure or approval type",
+	CodeApprovalStale:          "the state the approval was given for has changed since (the preview of the effect differs from the approved one); nothing ran: request a new approval",
 	CodeResourceExhausted:      "too many approvals are pending for this caller",
 	CodeApprovalUnavailable:    "the approval store is unavailable; nothing ran",
 }

@@ -47,6 +47,7 @@ type config struct {
 	files          *protoregistry.Files
 	filesSet       bool
 	problems       []string
+	previews       map[string]func(context.Context, PreviewInput) (Preview, error)
 	logger         *slog.Logger
 }
 

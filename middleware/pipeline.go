@@ -103,6 +103,7 @@ type execution struct {
 	hidden         bool   // stage 2.0 answered it as absent
 	approvalID     string
 	approval       *store.ConsumedApproval
+	preview        previewed
 	consumed       bool   // an approval was consumed: its outcome is recorded
 	keyed          *keyed // the caller's key or a dedup window, when the engine stores results
 	streaming      bool
@@ -127,6 +128,9 @@ type execution struct {
 
 	// hints are what an envelope asking for a decision tells (hints.go).
 	hints approvalHints
+	// noEffects counts the attempts that returned NoEffect in time
+	// (noeffect.go).
+	noEffects int
 }
 
 // open starts stage 2: the execution's ids and its actor. Nothing is
@@ -586,24 +590,24 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	// It usually has: then the context's done channel is never made.
 	select {
 	case <-a.done:
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	default:
 	}
 	select {
 	case <-a.done:
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	case <-a.Done():
 	}
 	// A result returned at the same moment the deadline fired wins.
 	select {
 	case <-a.done:
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	default:
 	}
 	a.returned = make(chan struct{})
 	if !a.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
 		<-a.done // it returned just now; its signal is on the way
-		return x.settle(a, a.result())
+		return x.settle(a, x.took(a))
 	}
 	a.abandoned = true
 	x.cap.abandoned.Add(1)
@@ -801,6 +805,7 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
 		x.hint(&env)
 	}
+	x.settleNoEffect()
 	if x.consumed {
 		x.recordOutcome(code)
 	}

@@ -31,6 +31,7 @@ type snapshotCapability struct {
 	Approval    snapshotApproval `json:"approval"`
 	Exposure    []string         `json:"exposure"`
 	Dedup       string           `json:"dedup"`
+	Preview     bool             `json:"preview"`
 	ToolName    string           `json:"toolName"`
 	Description string           `json:"description"`
 }
@@ -60,10 +61,11 @@ type snapshotApproval struct {
 //
 // Format, version 1: {"version": 1, "policies": [names], "capabilities":
 // [{"procedure", "sideEffect", "risk", "idempotent", "streaming",
-// "inline", "timeout", "retry": {"maxRetries", "backoff"}, "approval": {"required",
-// "type", "quorum", "expiresIn"}, "exposure": ["rpc"|"http"|"mcp"],
-// "dedup", "toolName", "description"}]}; durations as Go writes them
-// ("1m30s"), "0s" for none.
+// "inline", "timeout", "retry": {"maxRetries", "backoff"}, "approval":
+// {"required", "type", "quorum", "expiresIn"}, "exposure":
+// ["rpc"|"http"|"mcp"], "dedup", "preview", "toolName", "description"}]};
+// "preview" says whether the capability has a Preview, which descriptors
+// cannot carry; durations as Go writes them ("1m30s"), "0s" for none.
 func (e *Engine) WriteSnapshot(w io.Writer) error {
 	s := snapshot{Version: snapshotVersion, Policies: []string{}, Capabilities: []snapshotCapability{}}
 	for _, np := range e.cfg.policies {
@@ -92,6 +94,7 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 			Approval:    snapshotApproval{Required: c.Approval.Required, Type: c.Approval.Type, Quorum: quorum, ExpiresIn: duration(c.Approval.ExpiresIn)},
 			Exposure:    exposure,
 			Dedup:       duration(c.Dedup),
+			Preview:     c.Preview != nil,
 			ToolName:    c.ToolName,
 			Description: c.Description,
 		})

@@ -62,6 +62,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
         "http"
       ],
       "dedup": "1m0s",
+      "preview": false,
       "toolName": "get",
       "description": ""
     },
@@ -88,6 +89,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
         "mcp"
       ],
       "dedup": "0s",
+      "preview": false,
       "toolName": "",
       "description": "Refund <an> order & more"
     }

@@ -56,7 +56,11 @@ func (x *execution) undecided(approvals store.ApprovalStore, id string, req stor
 		return store.ConsumedApproval{}, err
 	}
 	// Decided, expired or still pending: Consume says which, and consumes
-	// an approved record.
+	// an approved record, checked against the state as it is now.
+	if err := x.runPreview(); err != nil {
+		return store.ConsumedApproval{}, err
+	}
+	req.PreviewDigest = x.preview.digest
 	return x.consume(approvals, id, req)
 }
 
@@ -78,6 +82,9 @@ func bound(rec store.ApprovalRecord, req store.ConsumeRequest) error {
 	}
 	if rec.Digest != req.Digest {
 		return store.ErrApprovalInputMismatch
+	}
+	if store.Stale(rec.PreviewDigest, req.PreviewDigest) {
+		return store.ErrApprovalStale // it could never be consumed as things are
 	}
 	return nil
 }

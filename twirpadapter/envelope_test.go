@@ -122,6 +122,8 @@ func TestCodesOnTheWire(t *testing.T) {
 		middleware.CodePolicyDenied:             twirp.PermissionDenied,
 		middleware.CodePolicyUnavailable:        twirp.Unavailable,
 		middleware.CodeIdempotencyQuotaExceeded: twirp.ResourceExhausted,
+		middleware.CodeApprovalStale:            twirp.FailedPrecondition,
+		middleware.CodePreviewUnavailable:       twirp.Unavailable,
 	}
 	for c := middleware.CodeOK + 1; !strings.HasPrefix(c.String(), "Code("); c++ {
 		if _, ok := want[c]; !ok {

@@ -68,6 +68,10 @@ function badge(text, cls) {
 function render(a) {
   const card = $("#card").content.firstElementChild.cloneNode(true);
   card.dataset.id = a.id;
+  // The effect as the server computed it, first: the approval runs only
+  // while the state is what it was computed from.
+  $(".preview", card).textContent = a.preview || "";
+  $(".preview-label", card).hidden = $(".preview-value", card).hidden = !a.preview;
   $(".procedure", card).textContent = a.procedure;
   const badges = $(".badges", card);
   badges.append(badge("risk: " + a.risk, "risk-" + a.risk), badge(a.sideEffect));

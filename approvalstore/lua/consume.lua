@@ -4,11 +4,12 @@
 -- ARGV[8] approval type, ARGV[9] quorum (1 or more), ARGV[10] digest,
 -- ARGV[11] execution id, ARGV[12] lease (µs), ARGV[13] retention (µs),
 -- ARGV[14] '1' to rewrite on a repeat (so that a WAIT after it covers the
--- original write).
+-- original write), ARGV[15] the resume's preview digest ('' when the
+-- capability has no preview: then the record's is not compared).
 -- Replies {'ok', type, approver id, tenant, kind, on_behalf_of, comment,
 -- decided_at}: the deciding vote, flat and nothing more, or one of
 -- {'not_found'}, {'pending'}, {'rejected'}, {'expired'}, {'consumed'},
--- {'resume_mismatch'}, {'input_mismatch'}.
+-- {'resume_mismatch'}, {'input_mismatch'}, {'stale'}.
 --
 -- The checks run in the order of consumable() in rules.go; all of them
 -- come before the single write, so a refusal changes nothing. A repeat by
@@ -17,7 +18,7 @@
 -- lists are JSON that Go encodes the same way for the same list.
 local v = redis.call('HMGET', KEYS[1], 'status', 'audience', 'requester_id', 'requester_tenant', 'requester_kind',
   'requester_on_behalf_of', 'expires_at', 'consumed_by', 'procedure', 'type', 'quorum', 'digest',
-  'approver_id', 'approver_tenant', 'approver_kind', 'approver_on_behalf_of', 'comment', 'decided_at')
+  'approver_id', 'approver_tenant', 'approver_kind', 'approver_on_behalf_of', 'comment', 'decided_at', 'preview_digest')
 local status = v[1]
 if not status or v[2] ~= ARGV[2] or v[3] ~= ARGV[3] or v[4] ~= ARGV[4]
     or (v[5] or '') ~= ARGV[5] or (v[6] or '') ~= ARGV[6] then
@@ -56,6 +57,10 @@ if v[9] ~= ARGV[7] or v[10] ~= ARGV[8] or math.max(tonumber(v[11]) or 0, 1) ~= t
 end
 if v[12] ~= ARGV[10] then
   return {'input_mismatch'}
+end
+-- A record without a preview digest is stale for a resume with one.
+if ARGV[15] ~= '' and (v[19] or '') ~= ARGV[15] then
+  return {'stale'}
 end
 local lease = now + tonumber(ARGV[12])
 redis.call('HSET', KEYS[1], 'status', 'consumed', 'consumed_by', ARGV[11], 'consumed_at', int(now), 'lease_until', int(lease))

@@ -191,8 +191,11 @@ var (
 		"approval.expiresIn": durationRule("approval expiry", widening),
 		"exposure":           typed(compareExposure),
 		"dedup":              typed(compareDedup),
-		"toolName":           neutralText("tool name"),
-		"description":        neutralText("description"),
+		// Removed, an approval is no longer bound to the state its
+		// approver saw: it runs however the state changed since.
+		"preview":     toggle(narrowing, widening, "preview added", "preview removed"),
+		"toolName":    neutralText("tool name"),
+		"description": neutralText("description"),
 	}
 )
 

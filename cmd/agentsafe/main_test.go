@@ -203,6 +203,9 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			capability(inv, "GetOrder").Dedup = "10s"
 			capability(inv, "ExportReport").Dedup = "0s"
 		}, want: []string{"widening " + export + " dedup window 1m0s → off", "widening " + getOrder + " dedup window 1m0s → 10s"}},
+		{name: "a removed preview", old: func(inv *registryJSON) { capability(inv, "CancelOrder").Preview = true },
+			new:  func(inv *registryJSON) { capability(inv, "CancelOrder").Preview = false },
+			want: []string{"widening " + cancelOrder + " preview removed"}},
 		{name: "a removed capability that required approval", new: func(inv *registryJSON) { remove(inv, "CancelOrder") },
 			want: []string{"widening " + cancelOrder + " capability removed, and its approval with it: if the method is still served, it runs ungoverned"}},
 		{name: "a removed write-like capability", new: func(inv *registryJSON) { remove(inv, "NotifyCustomer") },
@@ -224,6 +227,9 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			c.Risk, c.Idempotent, c.Retry.MaxRetries, c.Approval.ExpiresIn = "critical", false, 0, "5m0s"
 		}, want: []string{"narrowing " + refund + " risk high → critical", "narrowing " + refund + " idempotent turned off",
 			"narrowing " + refund + " retries 1 → 0", "narrowing " + refund + " approval expiry 15m0s → 5m0s"}},
+		{name: "narrowing: a preview added", old: func(inv *registryJSON) { capability(inv, "CancelOrder").Preview = false },
+			new:  func(inv *registryJSON) { capability(inv, "CancelOrder").Preview = true },
+			want: []string{"narrowing " + cancelOrder + " preview added"}},
 		{name: "narrowing: inline turned off", old: func(inv *registryJSON) { capability(inv, "GetOrder").Inline = true },
 			want: []string{"narrowing " + getOrder + " inline turned off"}},
 		{name: "narrowing: a dedup window turned on or longer", old: func(inv *registryJSON) { capability(inv, "GetOrder").Dedup = "10s" },

@@ -100,6 +100,12 @@ func (placeholder) Decide(context.Context, middleware.PolicyInput) (middleware.P
 	return middleware.PolicyDecision{}, errors.New("agentsafe: a placeholder policy is never asked")
 }
 
+// placeholderPreview stands for a capability's Preview, which the
+// application sets in code: the inventory records only that there is one.
+func placeholderPreview(context.Context, middleware.PreviewInput) (middleware.Preview, error) {
+	return middleware.Preview{}, errors.New("agentsafe: a placeholder preview is never called")
+}
+
 // readDescriptorSets reads descriptor sets into one set of files. A file's
 // imports are found in the sets, or else among the files this command
 // links (descriptor.proto, duration.proto, agentsafe/v1/options.proto), so
@@ -177,6 +183,7 @@ type capabilityJSON struct {
 	Approval    approvalJSON `json:"approval"`
 	Exposure    []string     `json:"exposure"`
 	Dedup       string       `json:"dedup"`
+	Preview     bool         `json:"preview"`
 	ToolName    string       `json:"toolName"`
 	Description string       `json:"description"`
 }
@@ -267,6 +274,9 @@ func (c capabilityJSON) capability() (middleware.Capability, error) {
 		Dedup:       dur("dedup", c.Dedup),
 		ToolName:    c.ToolName,
 		Description: c.Description,
+	}
+	if c.Preview {
+		out.Preview = placeholderPreview
 	}
 	var ok bool
 	if out.SideEffect, ok = parseName(c.SideEffect, middleware.SideEffectNone, middleware.SideEffectExternal); !ok {

@@ -64,6 +64,14 @@ type report struct {
 	MCPAsk    result
 	MCPLink   string
 	MCPResume result
+	// StaleAsk is a refund of order 77 the manager approved as its preview
+	// showed it (StaleText); Stale the resume after the order was partly
+	// refunded elsewhere; FreshAsk the new request with its new preview
+	// (FreshText), Fresh its approved resume and FreshAgain a second one;
+	// StaleRefunds the gateway's refunds before and after the stale resume.
+	StaleAsk, Stale, FreshAsk, Fresh, FreshAgain result
+	StaleText, FreshText                         string
+	StaleRefunds                                 [2]int
 }
 
 // approver decides approvals: automatically as the manager, or by waiting
@@ -144,6 +152,11 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 	a.title("   ...resuming again is refused: an approval is consumed at most once")
 	r.ResumeAgain = a.show(unary(ctx, a.client.RefundOrder, big, r.AskApproval.ApprovalID))
 
+	a.title("5b. What the approver sees is what runs: the approval is bound to the order as the manager saw it")
+	if err := a.stale(ctx, &r, approve); err != nil {
+		return r, err
+	}
+
 	a.title("6. The model calls the refund of step 3 again: a NEW execution, refused by the business rule")
 	r.Reinvocation = a.show(unary(ctx, a.client.RefundOrder, &ordersv1.RefundOrderRequest{OrderId: "44", AmountCents: 50_00, Reason: "damaged"}, ""))
 	fmt.Fprintf(a.out, "   step 3 ran as %s, this call as %s\n", r.Refund.ExecutionID, r.Reinvocation.ExecutionID)
@@ -173,6 +186,40 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 		return r, err
 	}
 	return r, nil
+}
+
+// stale asks for a refund of order 77, which the manager approves as its
+// preview shows it; the order is partly refunded elsewhere before the
+// agent resumes, so the resume is refused APPROVAL_STALE and nothing runs;
+// the agent asks again, the manager sees the refund as the order is now,
+// approves, and it runs once.
+func (a *scriptedAgent) stale(ctx context.Context, r *report, approve approver) error {
+	refund := &ordersv1.RefundOrderRequest{OrderId: "77", AmountCents: 420_00, Reason: "wrong colour"}
+	ask := func(what string) (result, string, error) {
+		res := a.show(unary(ctx, a.client.RefundOrder, refund, ""))
+		rec, err := a.s.eng.Get(ctx, res.ApprovalID)
+		if err != nil {
+			return res, "", fmt.Errorf("%s: %w", what, err)
+		}
+		return res, rec.PreviewText, approve(ctx, res.ApprovalID)
+	}
+	var err error
+	if r.StaleAsk, r.StaleText, err = ask("the first request"); err != nil {
+		return err
+	}
+	a.title("   ...before the agent resumes, the support desk refunds 80.00 EUR of order 77 by hand")
+	a.s.svc.RefundElsewhere("77", 80_00)
+	r.StaleRefunds[0] = a.s.svc.Gateway.Refunds()
+	r.Stale = a.show(unary(ctx, a.client.RefundOrder, refund, r.StaleAsk.ApprovalID))
+	r.StaleRefunds[1] = a.s.svc.Gateway.Refunds()
+	fmt.Fprintf(a.out, "   the gateway applied %d refund(s) for the stale resume; the approval stays approved, bound to the order as it was\n", r.StaleRefunds[1]-r.StaleRefunds[0])
+	a.title("   ...the agent asks again: a new request, showing the order as it is now; approved, it runs once")
+	if r.FreshAsk, r.FreshText, err = ask("the fresh request"); err != nil {
+		return err
+	}
+	r.Fresh = a.show(unary(ctx, a.client.RefundOrder, refund, r.FreshAsk.ApprovalID))
+	r.FreshAgain = a.show(unary(ctx, a.client.RefundOrder, refund, r.FreshAsk.ApprovalID))
+	return nil
 }
 
 // keyedRefund refunds order 42 under the agent's own Idempotency-Key; the

@@ -68,14 +68,18 @@ func (a *scriptedAgent) inventory(ctx context.Context, r *report) error {
 // that exposes CancelOrder on MCP: a registry entry replaces its method
 // option, as an edit of orders.proto would.
 func widenedInventory(eng *middleware.Engine) ([]byte, error) {
-	var cancel middleware.Capability
+	var cancel, refund middleware.Capability
 	for proc, c := range eng.Capabilities() {
-		if proc == ordersv1connect.OrderServiceCancelOrderProcedure {
+		switch proc {
+		case ordersv1connect.OrderServiceCancelOrderProcedure:
 			cancel = c
+		case ordersv1connect.OrderServiceRefundOrderProcedure:
+			refund = c
 		}
 	}
 	cancel.Exposure = []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceHTTP, middleware.SurfaceMCP}
 	widened, err := newEngine(middleware.NewRegistry().Register(ordersv1connect.OrderServiceCancelOrderProcedure, cancel), approvalstore.NewMemory(),
+		middleware.WithPreview(ordersv1connect.OrderServiceRefundOrderProcedure, refund.Preview), // unchanged
 		middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, err

@@ -190,7 +190,11 @@ func autoApprove(s *server) approver {
 	return func(ctx context.Context, id string) error {
 		rec, err := s.eng.Decide(ctx, id, store.Decision{Approve: true, Approver: manager, Comment: "ok, the customer called"})
 		if err == nil {
-			fmt.Fprintf(os.Stdout, "   %s (%s) approved %q, requested by %s for: %s\n", manager.ID, rec.Type, id, rec.Requester.ID, rec.View)
+			what := rec.View
+			if rec.PreviewText != "" { // the effect as the server computed it
+				what = rec.PreviewText
+			}
+			fmt.Fprintf(os.Stdout, "   %s (%s) approved %q, requested by %s for: %s\n", manager.ID, rec.Type, id, rec.Requester.ID, what)
 		}
 		return err
 	}

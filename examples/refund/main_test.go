@@ -116,6 +116,23 @@ func checkStory(t *testing.T, r report) {
 	if !hasEvent(r.Resume.Events, middleware.EventApprovalConsumed) || !hasEvent(r.AskApproval.Events, middleware.EventApprovalRequested) {
 		t.Error("the approval steps are missing from the audit trail")
 	}
+	// 5b. The manager approved the refund of order 77 as it was; once it
+	// was partly refunded elsewhere, the resume is refused stale and
+	// nothing runs; the fresh request shows the order as it is, and runs
+	// once.
+	if r.StaleText != "refund 420.00 EUR of order 77 to card ****1234 (paid 500.00 EUR)" || r.StaleAsk.Code != middleware.CodeApprovalRequired {
+		t.Errorf("the first request of order 77: %+v, preview %q", r.StaleAsk, r.StaleText)
+	}
+	if r.Stale.Code != middleware.CodeApprovalStale || len(r.Stale.Runs) != 0 || r.StaleRefunds[0] != r.StaleRefunds[1] ||
+		!hasEvent(r.Stale.Events, middleware.EventApprovalStale) || hasEvent(r.Stale.Events, middleware.EventApprovalConsumed) {
+		t.Errorf("the stale resume: %+v, gateway refunds %v", r.Stale, r.StaleRefunds)
+	}
+	if r.FreshAsk.ApprovalID == r.StaleAsk.ApprovalID || r.FreshText != "refund 420.00 EUR of order 77 to card ****1234 (paid 500.00 EUR, 80.00 EUR refunded already)" {
+		t.Errorf("the fresh request: %+v, preview %q", r.FreshAsk, r.FreshText)
+	}
+	if r.Fresh.Code != middleware.CodeOK || len(r.Fresh.Runs) != 1 || r.FreshAgain.Code != middleware.CodeApprovalConsumed || len(r.FreshAgain.Runs) != 0 {
+		t.Errorf("the fresh approval runs once: %+v, then %+v", r.Fresh, r.FreshAgain)
+	}
 	// 6. A re-invocation is a new execution, refused by the business rule.
 	if r.Reinvocation.Code != middleware.CodeExecutionFailed || r.Reinvocation.ExecutionID == r.Refund.ExecutionID || r.GatewayRefunds != 1 {
 		t.Errorf("re-invocation: %+v", r.Reinvocation)
@@ -166,8 +183,8 @@ func checkStory(t *testing.T, r report) {
 
 // checkPostgresTrail checks that the strict audit sink kept the story's
 // trail (every execution starts with capability.requested, and each of
-// the two approvals, the Connect refund's and the MCP refund's, was
-// consumed once) and that the keyed refund's result is
+// the three approvals that ran, the Connect refunds' and the MCP refund's,
+// was consumed once) and that the keyed refund's result is
 // stored in PostgreSQL.
 func checkPostgresTrail(t *testing.T, url string) {
 	t.Helper()
@@ -183,8 +200,8 @@ func checkPostgresTrail(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if executions == 0 || requested != executions || consumed != 2 {
-		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and two consumptions", executions, requested, consumed)
+	if executions == 0 || requested != executions || consumed != 3 {
+		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and three consumptions", executions, requested, consumed)
 	}
 	var done int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM agentsafe.results WHERE state = 'done'`).Scan(&done); err != nil {

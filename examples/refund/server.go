@@ -63,6 +63,10 @@ func newServer(approvals store.ApprovalStore, results store.ResultStore, opts ..
 		middleware.WithEventSink(mcpadapter.ProgressSink()), // retries become MCP progress notifications
 		// Envelopes asking for a decision link to it in the console.
 		middleware.WithApprovalURL(func(id string) string { return approvalconsole.Link(s.url + "/console")(id) }),
+		// What the manager approves is the refund as the order is: the
+		// approval is bound to the order's version, and a resume after
+		// the order changed is refused APPROVAL_STALE.
+		middleware.WithPreview(ordersv1connect.OrderServiceRefundOrderProcedure, s.svc.PreviewRefund),
 	}, opts...)...)
 	if err != nil {
 		return nil, err
@@ -226,6 +230,10 @@ func call[Req, Res any](ctx context.Context, req *connect.Request[Req], f func(c
 		return nil, connect.NewError(connect.CodeUnavailable, err) // transient: retried where the capability allows
 	case errors.Is(err, orders.ErrAlreadyRefunded):
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, orders.ErrOrderChanged):
+		// The conditional write found the order changed: nothing was
+		// refunded, and the approval goes back (NoEffect).
+		return nil, middleware.NoEffect(connect.NewError(connect.CodeAborted, err))
 	case errors.Is(err, orders.ErrNotFound):
 		return nil, connect.NewError(connect.CodeNotFound, err)
 	}

@@ -1,5 +1,5 @@
 // Package auditpg stores hash-chained audit records in PostgreSQL
-// (agentsafe.audit_events, migration 0007 of package agentsafepg) and
+// (agentsafe.audit_events, migration 0008 of package agentsafepg) and
 // reads them back for verification: one place for the columns, so that
 // what the sink hashes and what the verifier recomputes cannot drift.
 //

@@ -177,7 +177,7 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 // records of the execution that produced a stored result (its records are
 // written before anything runs, so they are there whenever it ran). A
 // record in a chain counts unless verification flagged it. Approvals and
-// results from before migration 0007 was applied (when the trail became
+// results from before migration 0008 was applied (when the trail became
 // chained) are not checked.
 func CrossCheck(ctx context.Context, conn Queryer, v *auditchain.Verifier) error {
 	flagged := v.Flagged()
@@ -186,8 +186,8 @@ func CrossCheck(ctx context.Context, conn Queryer, v *auditchain.Verifier) error
 	req := func(x string) string { return fmt.Sprintf(has, x, "capability.requested") }
 	start := func(x string) string { return fmt.Sprintf(has, x, "capability.started") }
 	// Approvals and results from before the trail was chained (migration
-	// 0007) have no chained records to find.
-	const since = `(SELECT applied_at FROM agentsafe.schema_migrations WHERE version = 7)`
+	// 0008) have no chained records to find.
+	const since = `(SELECT applied_at FROM agentsafe.schema_migrations WHERE version = 8)`
 	approvals := `SELECT a.id, a.requested_by, a.consumed_by, a.status,
 		a.decided_at IS NOT NULL AND NOT ` + req("a.requested_by") + `,
 		a.consumed_by <> '' AND NOT (` + req("a.consumed_by") + ` AND ` + start("a.consumed_by") + `)

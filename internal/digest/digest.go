@@ -129,3 +129,25 @@ func AppendCanonical(dst, doc []byte) ([]byte, error) {
 type appender struct{ b []byte }
 
 func (a *appender) Write(p []byte) (int, error) { a.b = append(a.b, p...); return len(p), nil }
+
+// previewTag starts the pre-image of a preview digest, so that it can
+// never equal an input digest. Fixed forever, as domainTag is.
+const previewTag = "agentsafe.v1.preview-digest"
+
+// Preview returns the digest that binds an approval to the state a
+// capability's preview was computed from: "sha256:" and the lowercase hex
+// SHA-256 of two fields laid out as in the input digest's pre-image:
+// "agentsafe.v1.preview-digest" and state (nil and empty are the same).
+func Preview(state []byte) string {
+	// One buffer and one SHA-256 call: a preview is digested on every
+	// resume, and a small state needs no allocation but the result's.
+	var buf [128]byte
+	pre := binary.BigEndian.AppendUint64(buf[:0], uint64(len(previewTag)))
+	pre = append(pre, previewTag...)
+	pre = binary.BigEndian.AppendUint64(pre, uint64(len(state)))
+	sum := sha256.Sum256(append(pre, state...))
+	var out [len("sha256:") + 2*sha256.Size]byte
+	copy(out[:], "sha256:")
+	hex.Encode(out[len("sha256:"):], sum[:])
+	return string(out[:])
+}

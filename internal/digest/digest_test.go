@@ -480,3 +480,24 @@ func TestNestingDeeperThan64IsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestPreviewDigestIsStableAndTagged: the preview digest is fixed forever
+// (approvals stored by one version are resumed by the next), computed here
+// independently of the package's writer, and never an input digest.
+func TestPreviewDigestIsStableAndTagged(t *testing.T) {
+	for state, want := range map[string]string{
+		"order 77 v3": "sha256:f90064d41e17bc4853fb239b27d98656accee6e6866a0c67f92117049189fe3a",
+		"":            "sha256:7f79bca130664ead072087f60d6ee09daeb47e42a0f7aa306e8e7f91b73f7d01",
+	} {
+		if got := digest.Preview([]byte(state)); got != want {
+			t.Errorf("Preview(%q) = %s, want %s", state, got, want)
+		}
+	}
+	if digest.Preview(nil) != digest.Preview([]byte{}) {
+		t.Error("a nil state and an empty one are the same state")
+	}
+	in, err := digest.JSON("", []byte(`"order 77 v3"`))
+	if err != nil || in == digest.Preview([]byte(`"order 77 v3"`)) {
+		t.Errorf("a preview digest must never equal an input digest: %s, %v", in, err)
+	}
+}

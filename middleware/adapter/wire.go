@@ -216,6 +216,10 @@ func wire(c middleware.Code) (rpc uint32, status int) {
 		return 9, http.StatusConflict
 	case middleware.CodePolicyDenied:
 		return 7, http.StatusForbidden
+	case middleware.CodeApprovalStale:
+		return 9, http.StatusConflict
+	case middleware.CodePreviewUnavailable:
+		return 14, http.StatusServiceUnavailable
 	}
 	return 2, http.StatusInternalServerError // Unknown: a code this table does not know
 }

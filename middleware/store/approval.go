@@ -60,8 +60,9 @@ func NewApprovalID() string { return ids.New("apr_") }
 type ApprovalStore interface {
 	// Create stores a new pending record with req's id, stamped with the
 	// store's clock (RequestedAt, ExpiresAt = RequestedAt + ExpiresIn). While
-	// a pending, unexpired record for the same audience, procedure, digest
-	// and the same (whole) requester exists, it returns that record instead.
+	// a pending, unexpired record for the same audience, procedure, digest,
+	// preview digest and the same (whole) requester exists, it returns that
+	// record instead (a changed preview is a new request).
 	// A requester (by audience, tenant and id) with too many pending records
 	// gets ErrTooManyPending.
 	Create(ctx context.Context, req ApprovalRequest) (ApprovalRecord, error)
@@ -96,8 +97,10 @@ type ApprovalStore interface {
 	// actor as requester (else ErrApprovalNotFound: nothing is revealed to
 	// another actor), is approved (ErrApprovalPending, ErrApprovalRejected),
 	// unexpired (ErrApprovalExpired), unconsumed (ErrApprovalConsumed), for
-	// the same procedure, approval type and quorum (ErrApprovalResumeMismatch)
-	// and the same digest (ErrApprovalInputMismatch). Consuming again with
+	// the same procedure, approval type and quorum (ErrApprovalResumeMismatch),
+	// the same digest (ErrApprovalInputMismatch) and, when the request has a
+	// PreviewDigest, the same preview digest (ErrApprovalStale; a record
+	// without one is stale too). Consuming again with
 	// the same ExecutionID succeeds, so a lost reply can be retried. Exactly
 	// one of any number of concurrent consumers wins. It returns only what
 	// the execution needs, in one round trip.
@@ -177,7 +180,19 @@ type ApprovalRequest struct {
 	Digest string
 	// View is a redacted human-readable view of the input, rendered by the
 	// application (middleware.WithApprovalView); never model-written text.
-	View       string
+	View string
+
+	// PreviewText is the effect the call would have, as the capability's
+	// preview computed it from the server's state when the approval was
+	// requested (at most 4 KiB of plain text): what approvers see first.
+	// Empty for a capability without a preview.
+	PreviewText string
+	// PreviewDigest binds the approval to the state the preview was
+	// computed from: "sha256:" and 64 hex digits (domain-tagged). A resume
+	// whose preview computes another digest is stale (see Consume). Empty
+	// for a capability without a preview.
+	PreviewDigest string
+
 	Reasons    []string
 	SideEffect string // the capability's, by name: "write"
 	Risk       string // by name: "high"
@@ -257,6 +272,10 @@ type ConsumeRequest struct {
 	Actor       Actor
 	Digest      string
 	ExecutionID string
+	// PreviewDigest is the digest of the state the capability's preview
+	// computed at resume; empty when the capability has no preview, and
+	// then the record's is not compared.
+	PreviewDigest string
 	// Lease is how long the execution may run before a record it consumed
 	// without an outcome is reported in_doubt.
 	Lease time.Duration
@@ -297,6 +316,9 @@ var (
 	ErrApprovalConsumed       = errors.New("agentsafe: approval already consumed")
 	ErrApprovalInputMismatch  = errors.New("agentsafe: input differs from the approved input")
 	ErrApprovalResumeMismatch = errors.New("agentsafe: approval is for another procedure or approval type")
+	// ErrApprovalStale: the preview computed at resume differs from the
+	// approved one: the state the approval was given for has changed.
+	ErrApprovalStale = errors.New("agentsafe: the state the approval was given for has changed")
 	// ErrNotPending: a decision on a record that is no longer pending.
 	ErrNotPending = errors.New("agentsafe: approval is not pending")
 	// ErrSelfApproval: the approver shares a principal (its ID or an
@@ -388,7 +410,9 @@ var ErrConsumedByCaller = errors.New("agentsafe: approval consumed by this execu
 // store's clock is status, in the contract's order: same audience and
 // whole actor (else ErrApprovalNotFound: nothing is revealed), approved,
 // unexpired, unconsumed (or [ErrConsumedByCaller]), same procedure,
-// approval type and quorum (zero counted as 1), same digest. A store that
+// approval type and quorum (zero counted as 1), same digest, and — when
+// req has a PreviewDigest — the same preview digest ([ErrApprovalStale]: a
+// record without one is stale too, failing closed). A store that
 // checks in a script or a statement applies the same order there and may
 // use it to name why nothing changed.
 func CheckConsume(r *ApprovalRecord, status ApprovalStatus, req ConsumeRequest) error {
@@ -415,7 +439,19 @@ func CheckConsume(r *ApprovalRecord, status ApprovalStatus, req ConsumeRequest) 
 	if r.Digest != req.Digest {
 		return ErrApprovalInputMismatch
 	}
+	if Stale(r.PreviewDigest, req.PreviewDigest) {
+		return ErrApprovalStale
+	}
 	return nil
+}
+
+// Stale reports whether a record whose preview digest is recorded is stale
+// for a resume whose preview computed resumed: the resume has a preview
+// digest (its capability has a preview) and the record's differs from it
+// (or the record has none). A resume without a preview digest is never
+// stale.
+func Stale(recorded, resumed string) bool {
+	return resumed != "" && recorded != resumed
 }
 
 // CheckRequest refuses an approval request Create must not store: a

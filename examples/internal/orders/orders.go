@@ -24,9 +24,13 @@ import (
 var (
 	// ErrNotFound: no such order.
 	ErrNotFound = errors.New("NOT_FOUND: no such order")
-	// ErrAlreadyRefunded: the order was refunded before. The declared
-	// answer to a model that calls refund twice.
-	ErrAlreadyRefunded = errors.New("ALREADY_REFUNDED: the order was refunded before")
+	// ErrAlreadyRefunded: the order was refunded before, and what is left
+	// to refund is less than the amount. The declared answer to a model
+	// that calls refund twice.
+	ErrAlreadyRefunded = errors.New("ALREADY_REFUNDED: the order was refunded before; less than the amount is left to refund")
+	// ErrOrderChanged: the order changed since the refund was approved (its
+	// version is not the approved one): the refund did nothing.
+	ErrOrderChanged = errors.New("ORDER_CHANGED: the order changed since the refund was approved; nothing was refunded")
 	// ErrTransient: a dependency failed briefly; trying again may work.
 	ErrTransient = errors.New("UNAVAILABLE: a dependency failed briefly")
 )
@@ -39,6 +43,11 @@ const RefundThresholdCents = 100_00
 type Service struct {
 	mu     sync.Mutex
 	orders map[string]*ordersv1.Order
+	// cards is the card each order was paid with; versions counts the
+	// changes of each order, for the conditional write of an approved
+	// refund (see PreviewRefund).
+	cards    map[string]string
+	versions map[string]int64
 
 	// Gateway is the downstream payment system.
 	Gateway *Gateway
@@ -59,7 +68,10 @@ func New() *Service {
 			"43": {OrderId: "43", Customer: "grace@example.com", TotalCents: 1_500_00, Status: "delivered"},
 			"44": {OrderId: "44", Customer: "edsger@example.com", TotalCents: 80_00, Status: "shipped"},
 			"45": {OrderId: "45", Customer: "barbara@example.com", TotalCents: 2_500_00, Status: "delivered"},
+			"77": {OrderId: "77", Customer: "margaret@example.com", TotalCents: 500_00, Status: "delivered"},
 		},
+		cards:      map[string]string{"42": "****4242", "43": "****4343", "44": "****4444", "45": "****4545", "77": "****1234"},
+		versions:   map[string]int64{},
 		Gateway:    NewGateway(),
 		ReportTime: time.Second,
 		Attempts:   &Log{},
@@ -88,17 +100,28 @@ func (s *Service) GetOrder(ctx context.Context, req *ordersv1.GetOrderRequest) (
 }
 
 // RefundOrder refunds an order through the payment gateway, under the
-// execution's idempotency key.
+// execution's idempotency key. An approved refund is a conditional write:
+// it runs only if the order is still as the manager approved it (the
+// version its preview was computed from, ApprovedState), checked and
+// written under one lock — in a database, one transaction:
+//
+//	UPDATE orders SET refunded = refunded + $amount, version = version + 1
+//	WHERE id = $order AND version = $approved
+//
+// and when the order changed since, it refunds nothing and says so with
+// middleware.NoEffect, which gives the approval back.
 func (s *Service) RefundOrder(ctx context.Context, req *ordersv1.RefundOrderRequest) (*ordersv1.RefundOrderResponse, error) {
 	x, _ := middleware.ExecutionFromContext(ctx)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	o, ok := s.orders[req.GetOrderId()]
-	refunded := ok && o.RefundedCents > 0
-	s.mu.Unlock()
 	switch {
 	case !ok:
 		return nil, ErrNotFound
-	case refunded:
+	case x.ApprovedState != nil && string(x.ApprovedState) != s.state(o.OrderId):
+		s.note(ctx, "refused: the order changed since it was approved")
+		return nil, middleware.NoEffect(ErrOrderChanged)
+	case req.GetAmountCents() > o.TotalCents-o.RefundedCents:
 		s.note(ctx, "refused: already refunded")
 		return nil, ErrAlreadyRefunded
 	}
@@ -108,10 +131,56 @@ func (s *Service) RefundOrder(ctx context.Context, req *ordersv1.RefundOrderRequ
 		return nil, err
 	}
 	s.note(ctx, "refunded through the gateway, reference "+ref)
-	s.mu.Lock()
-	o.RefundedCents, o.Status = req.GetAmountCents(), "refunded"
-	s.mu.Unlock()
+	s.refund(o, req.GetAmountCents())
 	return &ordersv1.RefundOrderResponse{OrderId: req.GetOrderId(), RefundedCents: req.GetAmountCents(), GatewayReference: ref}, nil
+}
+
+// refund records a refund of cents on o; s.mu is held.
+func (s *Service) refund(o *ordersv1.Order, cents int64) {
+	o.RefundedCents += cents
+	o.Status = "refunded"
+	if o.RefundedCents < o.TotalCents {
+		o.Status = "partly refunded"
+	}
+	s.versions[o.OrderId]++
+}
+
+// RefundElsewhere refunds part of an order outside the agent's reach (the
+// support desk, say): the order changes under an approval given before.
+func (s *Service) RefundElsewhere(orderID string, cents int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o, ok := s.orders[orderID]; ok {
+		s.refund(o, cents)
+	}
+}
+
+// state is what a refund of order id depends on: its version; s.mu is
+// held.
+func (s *Service) state(id string) string {
+	return fmt.Sprintf("order %s version %d", id, s.versions[id])
+}
+
+// PreviewRefund is the preview of RefundOrder (middleware.WithPreview): the
+// refund as it would happen now, which the manager approves, and the
+// order's version, which the approval is bound to.
+func (s *Service) PreviewRefund(_ context.Context, in middleware.PreviewInput) (middleware.Preview, error) {
+	var req ordersv1.RefundOrderRequest
+	if err := unmarshal(in.Input, &req); err != nil {
+		return middleware.Preview{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := req.GetOrderId()
+	o, ok := s.orders[id]
+	if !ok {
+		return middleware.Preview{Text: fmt.Sprintf("refund %s of order %s: there is no such order", Money(req.GetAmountCents()), id), State: []byte(s.state(id))}, nil
+	}
+	text := fmt.Sprintf("refund %s of order %s to card %s (paid %s", Money(req.GetAmountCents()), id, s.cards[id], Money(o.TotalCents))
+	if o.RefundedCents > 0 {
+		text += fmt.Sprintf(", %s refunded already", Money(o.RefundedCents))
+	}
+	return middleware.Preview{Text: text + ")", State: []byte(s.state(id))}, nil
 }
 
 // CancelOrder cancels an order.

@@ -1,4 +1,4 @@
--- agentsafe 0007: the audit trail's hash chains (SPEC §15).
+-- agentsafe 0008: the audit trail's hash chains (SPEC §15).
 --
 -- Applied by agentsafepg.Migrate, or by an application's own migration tool:
 -- the file is idempotent and records its version in
@@ -33,4 +33,4 @@ ALTER TABLE agentsafe.audit_events
 -- serves a chain's head and the verifier's walk of each chain.
 CREATE UNIQUE INDEX IF NOT EXISTS audit_events_chain ON agentsafe.audit_events (chain, chain_seq);
 
-INSERT INTO agentsafe.schema_migrations (version, name) VALUES (7, 'audit_chain') ON CONFLICT (version) DO NOTHING;
+INSERT INTO agentsafe.schema_migrations (version, name) VALUES (8, 'audit_chain') ON CONFLICT (version) DO NOTHING;
