@@ -154,23 +154,34 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// checkSchema fails unless the database has every migration up to
-// version (the stores check it when they are made, so that a missing
-// Migrate shows at start-up, not at the first approval).
+// checkSchema fails unless the database has every embedded migration up
+// to version (the stores check it when they are made, so that a missing
+// Migrate shows at start-up, not at the first approval). Versions may
+// skip numbers: a number can be kept for a migration other work brings.
 func checkSchema(ctx context.Context, pool *pgxpool.Pool, version int) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	var want []int32
+	for _, m := range ms {
+		if m.version <= version {
+			want = append(want, int32(m.version))
+		}
+	}
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass('agentsafe.schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
 		return fmt.Errorf("agentsafepg: read the schema version: %w", err)
 	}
 	var have int
 	if exists {
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM agentsafe.schema_migrations WHERE version <= $1", version).Scan(&have)
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM agentsafe.schema_migrations WHERE version = ANY($1)", want).Scan(&have)
 		if err != nil {
 			return fmt.Errorf("agentsafepg: read the schema version: %w", err)
 		}
 	}
-	if have < version {
-		return fmt.Errorf("agentsafepg: the database has %d of the %d migrations this package needs: run agentsafepg.Migrate (or apply agentsafepg.Migrations) first", have, version)
+	if have < len(want) {
+		return fmt.Errorf("agentsafepg: the database has %d of the %d migrations this package needs: run agentsafepg.Migrate (or apply agentsafepg.Migrations) first", have, len(want))
 	}
 	return nil
 }
