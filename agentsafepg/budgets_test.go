@@ -2,6 +2,8 @@ package agentsafepg_test
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,15 +136,30 @@ func TestBudgetWindowRollsByTheDatabaseClock(t *testing.T) {
 }
 
 // TestAuditSinkStoresWhatABudgetDecided: the budget fields of started and
-// budget_exceeded are columns of the trail; other events leave them NULL.
+// budget_exceeded are columns of the trail, covered by its chain's hash
+// (a changed amount is found); other events leave them NULL; an amount
+// beyond what a record writes exactly is clamped, and marked so.
 func TestAuditSinkStoresWhatABudgetDecided(t *testing.T) {
 	ctx := t.Context()
 	pool := migrated(t)
 	sink := openAudit(t, pool)
 	exceeded := event(middleware.EventBudgetExceeded, "exe_over")
 	exceeded.Budget, exceeded.Amount, exceeded.Spent, exceeded.Limit, exceeded.RetryAfter = "refunds", 45000, 180000, 200000, 90*time.Minute
-	if err := sink.RecordBatch(ctx, []middleware.Event{exceeded, event(middleware.EventCompleted, "exe_over")}); err != nil {
+	huge := event(middleware.EventStarted, "exe_huge")
+	huge.Budget, huge.Amount, huge.Spent, huge.Limit = "calls", 1<<62, 1<<62, math.MaxInt64
+	if err := sink.RecordBatch(ctx, []middleware.Event{exceeded, event(middleware.EventCompleted, "exe_over"), huge}); err != nil {
 		t.Fatal(err)
+	}
+	if rep := verifyTrail(t, pool, nil, nil); rep.Tampered() {
+		t.Fatalf("the trail with budget fields does not verify: %+v", rep)
+	}
+	var clamped int64
+	var altered []string
+	if err := pool.QueryRow(ctx, `SELECT budget_amount, altered FROM agentsafe.audit_events WHERE execution_id = 'exe_huge'`).Scan(&clamped, &altered); err != nil {
+		t.Fatal(err)
+	}
+	if clamped != 1<<53-1 || !slices.Equal(altered, []string{"budget_amount:clamped", "budget_spent:clamped", "budget_limit:clamped"}) {
+		t.Errorf("an amount of 2^62 is stored as %d, altered %q", clamped, altered)
 	}
 	var budget *string
 	var amount, spent, limit *int64
@@ -158,5 +175,12 @@ func TestAuditSinkStoresWhatABudgetDecided(t *testing.T) {
 		case !want && (budget != nil || amount != nil || retryAfter != nil):
 			t.Errorf("%s: an event without a budget stored one: %v %v %v", typ, budget, amount, retryAfter)
 		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE agentsafe.audit_events SET budget_amount = 4500 WHERE execution_id = 'exe_over' AND type = $1`,
+		string(middleware.EventBudgetExceeded)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := verifyTrail(t, pool, nil, nil); !rep.Tampered() {
+		t.Errorf("a changed budget amount verifies: %+v", rep)
 	}
 }

@@ -60,7 +60,7 @@
 //
 // [BudgetStore] implements the budget store contract of package
 // middleware/store: a row per budget key and one per reservation
-// (migration 0008). Reserve is one call of a SQL function whose first
+// (migration 0009). Reserve is one call of a SQL function whose first
 // statement locks the key's row, then trims what aged out of the window,
 // sums, checks and adds, by the database clock: in no window do the
 // reservations of a key pass its limit, on any number of instances.
@@ -100,4 +100,32 @@
 // back when no call comes. Rows carry no payload and are indexed
 // for the two questions an audit asks: every event of one execution, and
 // every execution of one actor.
+//
+// The rows are tamper-evident (SPEC §15, migration 0008). Each sink writes
+// a hash chain of its own, so instances never wait on one head: every row
+// has chain (the sink's id, [AuditSink.Chain]), chain_seq (1, 2, 3 …
+// without gaps: a row takes its number when its batch commits, so a batch
+// the engine splits leaves none), prev, and hash = SHA-256 of
+// "agentsafe/audit/v1", prev and the RFC 8785 form of the row's fields as
+// stored (times at microseconds, NULL fields left out; seq and
+// recorded_at, which the database fills in, are not part of it). Every
+// 1,000 rows, and 10 seconds after the first row not yet covered, the
+// sink adds a checkpoint row, signed with Ed25519 when it has a key, and
+// hands it to a hook so it can be kept elsewhere; Close adds the chain's
+// last one:
+//
+//	audit, err := agentsafepg.NewAuditSink(pool,
+//		agentsafepg.WithSigner(key), // keep the key off the database's machines
+//		agentsafepg.OnCheckpoint(func(c auditlog.Checkpoint) { keep(c) })) // another store
+//
+// After a write whose reply was lost, the sink reads its chain's head
+// before the next one: a write that was committed is not written again,
+// and the chain goes on from it. seq stays the order rows were inserted
+// in. `agentsafe audit verify --postgres URL [--pubkey K] [--checkpoint C]`
+// recomputes every chain, names what was modified, deleted, inserted,
+// reordered or cut, and checks every decided, consumed or completed
+// approval and every stored result against the trail. Without a signer
+// or kept checkpoints the chain shows only that nothing changed by
+// accident: whoever can write the table can rewrite a row and recompute
+// every hash after it; package auditlog's documentation says more.
 package agentsafepg

@@ -154,23 +154,24 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// checkSchema fails unless the database has every migration up to
-// version (the stores check it when they are made, so that a missing
-// Migrate shows at start-up, not at the first approval).
+// checkSchema fails unless the database has every embedded migration up
+// to version (the stores check it when they are made, so that a missing
+// Migrate shows at start-up, not at the first approval). Versions may
+// skip numbers: a number can be kept for a migration other work brings.
 func checkSchema(ctx context.Context, pool *pgxpool.Pool, version int) error {
-	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass('agentsafe.schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
-		return fmt.Errorf("agentsafepg: read the schema version: %w", err)
-	}
 	ms, err := migrations()
 	if err != nil {
 		return err
 	}
-	var want []int32 // the versions up to version that this package has; numbers may skip
+	var want []int32
 	for _, m := range ms {
 		if m.version <= version {
 			want = append(want, int32(m.version))
 		}
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('agentsafe.schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
+		return fmt.Errorf("agentsafepg: read the schema version: %w", err)
 	}
 	var have int
 	if exists {

@@ -29,6 +29,15 @@ run go test -run '^$' -bench '^BenchmarkConnectLoad$' -benchtime 3000x -count "$
 # Strict audit under load: 64 callers against a sink that takes 5 ms a
 # write, group commit (BatchAuditSink) vs one record a write.
 run go test -run '^$' -bench '^BenchmarkStrictAudit$' -benchtime 3000x -count "$count" . >"$out/audit.txt"
+# The tamper-evident trail: a governed call with a chained strict sink vs
+# an unchained one (in process, and over Connect), and audit verify over
+# a 200,000-record file. One go test per round, so that the two sinks
+# take turns (-count repeats one sub-benchmark before the next).
+: >"$out/chain.txt"
+for _ in $(seq "$count"); do
+	run go test -run '^$' -bench '^(BenchmarkAuditChain|BenchmarkAuditChainConnect)$' -benchtime 10000x -count 1 . >>"$out/chain.txt"
+done
+run go test -run '^$' -bench '^BenchmarkAuditVerify$' -benchtime 3x -count 3 . >>"$out/chain.txt"
 # 10,000 executions, 10,000 abandoned attempts, heap per in-flight call.
 run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
 # Approval consumption on real Redis.
@@ -65,6 +74,9 @@ AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^
 	benchstat -col '/server@(bare agentsafe)' "$out/load.txt"
 	echo '## Strict audit under load'
 	benchstat -col '/sink@(record batch)' "$out/audit.txt"
+	echo '## The chained trail'
+	benchstat -col '/sink@(unchained chained)' -filter '.name:(AuditChain OR AuditChainConnect)' "$out/chain.txt"
+	benchstat -filter '.name:AuditVerify' "$out/chain.txt"
 } >"$out/benchstat.txt" 2>&1
 # Every ratio against its goal: medians of the runs, wall time (ns/op)
 # and the process's CPU time (cpu-ns/op).
@@ -93,6 +105,8 @@ ratios() {
 	ratios budgets.txt BenchmarkBudgetConnect/impl=budget BenchmarkBudgetConnect/impl=none 'governed Connect call, one budget (memory) / none' '<=1.15'
 	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=1/impl=reserve BenchmarkReserve/c=1/impl=script 'Redis Reserve / window script, c=1, ops/s' '>=0.8'
 	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=64/impl=reserve BenchmarkReserve/c=64/impl=script 'Redis Reserve / window script, c=64, ops/s' '>=0.8'
+	ratios chain.txt BenchmarkAuditChain/sink=chained BenchmarkAuditChain/sink=unchained 'governed call, chained strict JSON Lines sink / unchained, in process' '<=1.1'
+	ratios chain.txt BenchmarkAuditChainConnect/sink=chained BenchmarkAuditChainConnect/sink=unchained 'governed Connect call, chained strict sink / unchained, loopback' '<=1.1'
 } >"$out/ratios.md"
 run go run ./cmd/loadplot "$out/load.txt" load.svg >"$out/load.md"
-echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/scale.txt, $out/redis.txt, $out/preview.txt, load.svg" >&2
+echo "done: $out/ratios.md, $out/benchstat.txt, $out/load.md, $out/audit.txt, $out/chain.txt, $out/scale.txt, $out/redis.txt, $out/preview.txt, load.svg" >&2

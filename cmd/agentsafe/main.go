@@ -1,6 +1,6 @@
 // Command agentsafe writes the inventory of what agentsafe governs, and
 // compares two inventories, so that a CI job fails when a change widens
-// what agents can reach.
+// what agents can reach; and it verifies a tamper-evident audit trail.
 //
 //	agentsafe snapshot --descriptors set.binpb [--descriptors more.binpb] [--registry reg.json] > agentsafe.json
 //	agentsafe check OLD NEW
@@ -58,6 +58,30 @@
 // It prints a table, one change per line, and exits 0 when nothing
 // widens, 1 when something does, and 2 for a usage or input error (an
 // unreadable or malformed file, an invalid capability).
+//
+// audit verify checks a hash-chained audit trail (package auditlog's JSON
+// Lines, or agentsafepg's table; the chains are described in package
+// auditlog):
+//
+//	agentsafe audit verify --file trail.jsonl [--pubkey key.pem]... [--checkpoint kept.jsonl]...
+//	agentsafe audit verify --postgres URL [--pubkey key.pem]... [--checkpoint kept.jsonl]...
+//
+// It recomputes every chain and prints, per chain, the first record of
+// each kind of finding: modified (its content does not give its hash),
+// rewritten (a change with the later hashes recomputed, caught by a link
+// to an original hash or a kept checkpoint), deleted (a gap in chain_seq),
+// inserted (a second record with one chain_seq, or a record with no
+// chain), reordered (stored against the order it was written in), cut (the
+// chain ends before a kept checkpoint), and bad signature; then the part
+// of the chain a valid checkpoint covers (attested) and the rest
+// (unattested, never reported as verified). A checkpoint is valid when its
+// Ed25519 signature verifies under a --pubkey (PEM, PKIX) or when it
+// matches a kept one (--checkpoint: JSON Lines, auditlog.Checkpoint's
+// JSON form). With --postgres it also reports every decided, consumed or
+// outcome-recorded approval and every stored result whose records are in
+// no valid chain. It exits 0 when it found nothing, 1 when it found
+// tampering, and 2 for a usage or input error (a missing file, an
+// unreadable record).
 package main
 
 import (
@@ -78,10 +102,13 @@ const (
 const usage = `usage:
   agentsafe snapshot --descriptors set.binpb [--descriptors more.binpb] [--registry reg.json]
   agentsafe check OLD NEW
+  agentsafe audit verify --file TRAIL.jsonl | --postgres URL [--pubkey KEY.pem] [--checkpoint KEPT.jsonl]
 
 snapshot writes the JSON inventory of the capabilities the descriptor sets
 and the registry file declare; check compares two inventories and exits 1
-when the second widens what agents can reach, 2 on a usage or input error.
+when the second widens what agents can reach, 2 on a usage or input error;
+audit verify checks an audit trail's hash chains and exits 1 when it was
+tampered with (agentsafe audit verify -h for more).
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -94,6 +121,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return snapshotCommand(args[1:], stdout, stderr)
 	case "check":
 		return checkCommand(args[1:], stdout, stderr)
+	case "audit":
+		return auditCommand(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

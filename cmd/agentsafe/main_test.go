@@ -9,11 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentsafe/agentsafe/internal/pgtest"
 	"github.com/agentsafe/agentsafe/internal/testenv"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.IgnoreIdleSinkWorkers()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Main(m), testenv.IgnoreIdleSinkWorkers()) }
 
 // exampleInventory is the refund example's inventory, as its engine
 // writes it (examples/refund keeps it current with its own test).

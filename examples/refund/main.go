@@ -9,6 +9,7 @@
 //	go run ./examples/refund -postgres postgres://user@127.0.0.1:5432/db  # approvals, results and the audit trail in PostgreSQL
 //	go run ./examples/refund -console        # a person approves in the browser
 //	go run ./examples/refund -serve          # keep serving, for curl and MCP clients at /mcp
+//	go run ./examples/refund -audit trail.jsonl  # the whole audit trail as JSON Lines, hash-chained and signed
 package main
 
 import (
@@ -38,20 +39,21 @@ func main() {
 	serve := flag.Bool("serve", false, "keep serving on -addr for manual calls instead of running the scripted agent")
 	console := flag.Bool("console", false, "wait for a person to approve in the approval console instead of approving automatically")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on with -serve or -console")
+	audit := flag.String("audit", "", "write the whole audit trail to this file as JSON Lines, hash-chained, with signed checkpoints (FILE.pub holds the public key, FILE.checkpoints the checkpoints); the file is overwritten")
 	flag.Parse()
 	if *redisURL != "" && *postgresURL != "" {
 		fmt.Fprintln(os.Stderr, "refund: -redis and -postgres are two places for the same approvals: choose one")
 		os.Exit(2)
 	}
-	if err := run(storeConfig{redis: *redisURL, postgres: *postgresURL}, *serve, *console, *addr, os.Stdout); err != nil {
+	if err := run(storeConfig{redis: *redisURL, postgres: *postgresURL, audit: *audit}, *serve, *console, *addr, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "refund:", err)
 		os.Exit(1)
 	}
 }
 
 // storeConfig says where approvals and results live: in memory unless a
-// URL is given.
-type storeConfig struct{ redis, postgres string }
+// URL is given; and where the audit trail goes as JSON Lines, if anywhere.
+type storeConfig struct{ redis, postgres, audit string }
 
 // stores is where approvals, results and budgets live, the engine
 // options that go with them (a strict audit sink in PostgreSQL), and how
@@ -64,15 +66,33 @@ type stores struct {
 	close     func()
 }
 
-func run(where storeConfig, serve, console bool, addr string, out io.Writer) error {
+func run(where storeConfig, serve, console bool, addr string, out io.Writer) (err error) {
 	st, err := openStores(where)
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	s, err := newServer(st, st.opts...)
+	opts := st.opts
+	var trail *auditTrail
+	if where.audit != "" {
+		if trail, err = openAuditTrail(where.audit); err != nil {
+			return err
+		}
+		opts = append(opts[:len(opts):len(opts)], trail.option(where.postgres == ""))
+	}
+	s, err := newServer(st, opts...)
 	if err != nil {
+		if trail != nil {
+			trail.close(nil)
+		}
 		return err
+	}
+	if trail != nil {
+		defer func() {
+			if cerr := trail.close(s.eng); err == nil && cerr != nil {
+				err = fmt.Errorf("-audit: %w", cerr)
+			}
+		}()
 	}
 	if !serve && !console {
 		addr = "127.0.0.1:0"
@@ -92,7 +112,9 @@ func run(where storeConfig, serve, console bool, addr string, out io.Writer) err
 	if console {
 		approve = consoleApprove(s, out)
 	}
-	_, err = newAgent(s, out).run(ctx, approve)
+	if _, err = newAgent(s, out).run(ctx, approve); err == nil && trail != nil {
+		trail.printVerify(out)
+	}
 	return err
 }
 

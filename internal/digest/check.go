@@ -192,6 +192,10 @@ func (c *canonicalizer) checkString(i int) (end int, n int64, bad rune, err erro
 	}
 }
 
+// PlainRun is plainRun, for the audit verifier's reader of canonical
+// lines.
+func PlainRun(doc []byte, i int) int { return plainRun(doc, i) }
+
 // plainRun returns the offset of the first byte at or after doc[i] that ends
 // a run of string bytes copied as they are: a quote, a backslash or a
 // control character. It reads eight bytes at a time.

@@ -107,6 +107,29 @@ func (w *writer) sum() string {
 	return "sha256:" + hex.EncodeToString(w.h.Sum(nil))
 }
 
+// AppendCanonical appends the RFC 8785 (JCS) form of the JSON document doc
+// to dst, as github.com/gowebpki/jcs writes it: only what jcs refuses is
+// refused (exact duplicate member names, numbers beyond the range of a
+// double, invalid UTF-8, nesting deeper than 64), not the stricter I-JSON
+// checks of [JSON]. Errors wrap [ErrUnbindable]. The audit verifier
+// canonicalizes a stored record with it before hashing.
+func AppendCanonical(dst, doc []byte) ([]byte, error) {
+	c, err := checkJSON(doc, rendered)
+	if err != nil {
+		return dst, err
+	}
+	b := appender{dst}
+	if err := c.emit(&b); err != nil {
+		return dst, err
+	}
+	return b.b, nil
+}
+
+// appender is an io.Writer that appends to a slice.
+type appender struct{ b []byte }
+
+func (a *appender) Write(p []byte) (int, error) { a.b = append(a.b, p...); return len(p), nil }
+
 // previewTag starts the pre-image of a preview digest, so that it can
 // never equal an input digest. Fixed forever, as domainTag is.
 const previewTag = "agentsafe.v1.preview-digest"

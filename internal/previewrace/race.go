@@ -58,6 +58,13 @@ type orders struct {
 	// the state changes while resumes are between their check and their
 	// write, at the rate of the race, without sleeping or spinning.
 	poke chan struct{}
+	// staleSeen is closed once a resume of the race was refused stale:
+	// the writer flips nothing before, so the race always has one, whatever
+	// pokes a preview of the requests (run on a goroutine of its own, its
+	// poke may come late) left behind, and however the first stale
+	// resume's Consume and a later one's interleave.
+	staleSeen chan struct{}
+	staleOnce sync.Once
 }
 
 func state(order, version int) string { return fmt.Sprintf("order %d version %d", order, version) }
@@ -104,6 +111,11 @@ func (o *orders) refund(n int) func(context.Context) (any, error) {
 
 // flip toggles every order between version 1 and 2, until stop.
 func (o *orders) flip(stop <-chan struct{}) {
+	select {
+	case <-stop:
+		return
+	case <-o.staleSeen: // a resume is refused stale before the first flip
+	}
 	for {
 		select {
 		case <-stop:
@@ -156,7 +168,7 @@ func input(n int) adapter.Input { return adapter.JSONInput(fmt.Appendf(nil, `{"o
 // spent it.
 func Race(t *testing.T, records int, open func(t *testing.T) store.ApprovalStore) {
 	o := &orders{versions: make([]int, records), writes: make([][]string, records), ran: make([]int, records),
-		running: make([]atomic.Int32, records), poke: make(chan struct{}, 1)}
+		running: make([]atomic.Int32, records), poke: make(chan struct{}, 1), staleSeen: make(chan struct{})}
 	o.set(1)
 	engs := make([]*middleware.Engine, engines)
 	for i := range engs {
@@ -170,12 +182,7 @@ func Race(t *testing.T, records int, open func(t *testing.T) store.ApprovalStore
 
 	// The race starts with every order refunded elsewhere (version 2), so
 	// the first resume (at least) finds it changed and is refused stale;
-	// from then on the writer flips. A poke left by the requests above
-	// must not flip it before the race starts.
-	select {
-	case <-o.poke:
-	default:
-	}
+	// only then does the writer start flipping.
 	o.set(2)
 	var completed, stale, consumed, noEffect atomic.Int64
 	var unexpected sync.Map
@@ -199,6 +206,7 @@ func Race(t *testing.T, records int, open func(t *testing.T) store.ApprovalStore
 							completed.Add(1)
 						case code == middleware.CodeApprovalStale && env.Attempts == 0:
 							stale.Add(1)
+							o.staleOnce.Do(func() { close(o.staleSeen) })
 						case code == middleware.CodeApprovalConsumed && env.Attempts == 0:
 							consumed.Add(1)
 						case errors.Is(err, errChanged) && env.Attempts == 1:

@@ -88,17 +88,18 @@ var walls = []wall{
 		},
 	},
 	{
-		rule: "stores import the store SPI, never the engine or an adapter (agentsafepg's audit sink names the engine's Event)",
+		rule: "stores import the store SPI, never the engine or an adapter (agentsafepg's audit sink names the engine's Event, and auditlog's Checkpoint)",
 		who:  anyOf(stores), what: ours, transitive: false,
 		allow: func(pkg, dep string) bool {
 			return is("middleware/store")(dep) || under("internal")(dep) || strings.HasPrefix(dep, pkg) ||
-				is("agentsafepg")(pkg) && is("middleware")(dep)
+				is("agentsafepg")(pkg) && (is("middleware")(dep) || is("auditlog")(dep))
 		},
 	},
 	{
-		rule: "only agentsafepg links pgx: importing approvalstore, resultstore or budgetstore never does",
+		rule: "only agentsafepg (and the audit trail's PostgreSQL columns, and the command that verifies them) links pgx: importing approvalstore, resultstore, budgetstore or auditlog never does",
 		who: func(p string) bool {
-			return !under("agentsafepg")(p) && !under("internal/pgtest")(p) && !under("examples")(p)
+			return !under("agentsafepg")(p) && !under("internal/pgtest")(p) && !under("internal/auditpg")(p) &&
+				!under("cmd/agentsafe")(p) && !under("examples")(p)
 		},
 		what: func(dep string) bool {
 			return dep == "github.com/jackc/pgx/v5" || strings.HasPrefix(dep, "github.com/jackc/pgx/v5/")

@@ -1,4 +1,4 @@
--- agentsafe 0008: budgets, what capabilities' calls spend over rolling windows.
+-- agentsafe 0009: budgets, what capabilities' calls spend over rolling windows.
 --
 -- Applied by agentsafepg.Migrate, or by an application's own migration tool:
 -- the file is idempotent and records its version in
@@ -104,7 +104,10 @@ $$;
 
 -- The audit trail keeps what a budget decided: on capability.started and
 -- capability.budget_exceeded, the budget, the call's amount, what the
--- window held and the limit; on a refusal, when enough of it frees.
+-- window held and the limit; on a refusal, when enough of it frees. In a
+-- chained row (0008) they are fields of what its hash covers: budget,
+-- budget_amount, budget_spent, budget_limit and retry_after_us (the
+-- interval in microseconds).
 ALTER TABLE agentsafe.audit_events
 	ADD COLUMN IF NOT EXISTS budget text,
 	ADD COLUMN IF NOT EXISTS budget_amount bigint,
@@ -112,4 +115,4 @@ ALTER TABLE agentsafe.audit_events
 	ADD COLUMN IF NOT EXISTS budget_limit bigint,
 	ADD COLUMN IF NOT EXISTS retry_after interval;
 
-INSERT INTO agentsafe.schema_migrations (version, name) VALUES (8, 'budgets') ON CONFLICT (version) DO NOTHING;
+INSERT INTO agentsafe.schema_migrations (version, name) VALUES (9, 'budgets') ON CONFLICT (version) DO NOTHING;
