@@ -55,7 +55,12 @@
 // agentsafe.reason) go on the execution's span. capability.approved and .rejected happen where the
 // approver decides (an approval console, maybe on another instance): they
 // go on the span of the context given to [middleware.Engine.Decide], if one
-// is recording, naming the requesting execution.
+// is recording, naming the requesting execution. For a capability with
+// budgets, capability.started and capability.budget_exceeded go on the
+// execution's span too, with agentsafe.budget (its name),
+// agentsafe.budget.amount, agentsafe.budget.spent and
+// agentsafe.budget.limit, and agentsafe.retry_after (seconds) on a deny
+// budget's refusal.
 //
 // # Metrics
 //
@@ -69,6 +74,9 @@
 //	agentsafe.approval.wait        histogram  s            request to decision, by agentsafe.decision
 //	agentsafe.abandoned_results    counter    {result}     late results, by agentsafe.succeeded
 //	agentsafe.events.dropped       counter    {event}      by agentsafe.sink ([Instrumentation.ObserveEngine])
+//	agentsafe.budget.spent         gauge      {amount}     what the window held at the last call, by agentsafe.budget
+//	agentsafe.budget.limit         gauge      {amount}     the budget's limit, by agentsafe.budget
+//	agentsafe.budget.exceeded      counter    {call}       calls over a budget, refused or escalated, by agentsafe.budget
 //
 // # What is never recorded
 //

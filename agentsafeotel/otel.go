@@ -46,6 +46,11 @@ const (
 	keySucceeded    = attribute.Key("agentsafe.succeeded")
 	keyStreaming    = attribute.Key("agentsafe.streaming")
 	keySink         = attribute.Key("agentsafe.sink")
+	keyBudget       = attribute.Key("agentsafe.budget")
+	keyAmount       = attribute.Key("agentsafe.budget.amount")
+	keySpent        = attribute.Key("agentsafe.budget.spent")
+	keyLimit        = attribute.Key("agentsafe.budget.limit")
+	keyRetryAfter   = attribute.Key("agentsafe.retry_after")
 )
 
 // Span names: the execution's is followed by its rpc.method.
@@ -124,6 +129,9 @@ type Instrumentation struct {
 	retries      metric.Int64Counter
 	approvalWait metric.Float64Histogram
 	abandoned    metric.Int64Counter
+	spent        metric.Int64Gauge
+	limit        metric.Int64Gauge
+	exceeded     metric.Int64Counter
 }
 
 var (
@@ -163,6 +171,9 @@ const (
 	metricApprovalWait      = "agentsafe.approval.wait"
 	metricAbandonedResults  = "agentsafe.abandoned_results"
 	metricEventsDropped     = "agentsafe.events.dropped"
+	metricBudgetSpent       = "agentsafe.budget.spent"
+	metricBudgetLimit       = "agentsafe.budget.limit"
+	metricBudgetExceeded    = "agentsafe.budget.exceeded"
 )
 
 // durationBuckets are the boundaries of agentsafe.execution.duration, in
@@ -194,8 +205,20 @@ func (i *Instrumentation) instruments(m metric.Meter) error {
 		metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 86400)); err != nil {
 		return err
 	}
-	i.abandoned, err = m.Int64Counter(metricAbandonedResults, metric.WithUnit("{result}"),
-		metric.WithDescription("Attempts abandoned at their deadline that returned later."))
+	if i.abandoned, err = m.Int64Counter(metricAbandonedResults, metric.WithUnit("{result}"),
+		metric.WithDescription("Attempts abandoned at their deadline that returned later.")); err != nil {
+		return err
+	}
+	if i.spent, err = m.Int64Gauge(metricBudgetSpent, metric.WithUnit("{amount}"),
+		metric.WithDescription("What a budget's window held at the last call that reserved on it, or was refused by it, by budget.")); err != nil {
+		return err
+	}
+	if i.limit, err = m.Int64Gauge(metricBudgetLimit, metric.WithUnit("{amount}"),
+		metric.WithDescription("A budget's limit per window, by budget.")); err != nil {
+		return err
+	}
+	i.exceeded, err = m.Int64Counter(metricBudgetExceeded, metric.WithUnit("{call}"),
+		metric.WithDescription("Calls that would have taken a budget past its limit, refused or sent to an approval, by budget."))
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsafe/agentsafe/agentsafeotel"
 	"github.com/agentsafe/agentsafe/agentsafetest"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/internal/testenv"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -100,7 +101,8 @@ func newOtelFixture(t *testing.T, reg *middleware.Registry, opts ...agentsafeote
 		t.Fatalf("agentsafeotel.New: %v", err)
 	}
 	f.store = approvalstore.NewMemory(approvalstore.WithClock(f.clock.Now))
-	f.eng, err = middleware.New(reg, inst.EngineOption(), middleware.WithApprovalStore(f.store), middleware.WithActor(actorOf), middleware.WithProtoFiles(nil))
+	f.eng, err = middleware.New(reg, inst.EngineOption(), middleware.WithApprovalStore(f.store), middleware.WithActor(actorOf), middleware.WithProtoFiles(nil),
+		middleware.WithBudgetStore(budgetstore.NewMemory(budgetstore.WithClock(f.clock.Now))))
 	if err != nil {
 		t.Fatalf("middleware.New: %v", err)
 	}
@@ -473,6 +475,63 @@ func TestApprovalFlow(t *testing.T) {
 	if n, _ := histogram[int64](t, ms, "agentsafe.execution.attempts", system, refund); n != 1 {
 		t.Errorf("agentsafe.execution.attempts recorded %d executions, want only the one that ran", n)
 	}
+}
+
+// TestBudgetSpentAndLimit: a call that reserves on a budget records what
+// the window holds and the limit as gauges, by budget, and on its span; a
+// call over the budget is counted and gets a span event saying why.
+func TestBudgetSpentAndLimit(t *testing.T) {
+	f := newOtelFixture(t, middleware.NewRegistry().Register(procRefund, middleware.Capability{SideEffect: middleware.SideEffectWrite,
+		Budgets: []middleware.Budget{{Name: "refunds", Limit: 500, Window: time.Hour, Per: middleware.PerActor, Amount: "/amount"}}}))
+	call := func(amount int) middleware.Envelope {
+		in := adapter.JSONInput(fmt.Appendf(nil, `{"amount":%d,"card":"%s"}`, amount, secret))
+		_, env, _ := execute(as(t.Context(), agent), f.eng, procRefund, adapter.Call[any]{Input: in}, func(context.Context) (any, error) { return nil, nil })
+		return env
+	}
+	ok := call(450)
+	exe, _ := f.execution(ok.ExecutionID)
+	if ev := eventAttrs(exe, "capability.started"); ev["agentsafe.budget"] != "refunds" || ev["agentsafe.budget.spent"] != "450" || ev["agentsafe.budget.limit"] != "500" || ev["agentsafe.budget.amount"] != "450" {
+		t.Errorf("the started span event: %v", ev)
+	}
+	refunds := []attribute.KeyValue{attribute.String("rpc.method", "orders.v1.Orders/Refund"), attribute.String("agentsafe.budget", "refunds")}
+	ms := f.metrics()
+	if got := gauge(t, ms, "agentsafe.budget.spent", refunds...); got != 450 {
+		t.Errorf("agentsafe.budget.spent = %d, want 450", got)
+	}
+	if got := gauge(t, ms, "agentsafe.budget.limit", refunds...); got != 500 {
+		t.Errorf("agentsafe.budget.limit = %d, want 500", got)
+	}
+
+	refused := call(100)
+	if refused.Error == nil || refused.Error.Code != middleware.CodeBudgetExceeded {
+		t.Fatalf("over the budget: %+v", refused)
+	}
+	exe, _ = f.execution(refused.ExecutionID)
+	if ev := eventAttrs(exe, "capability.budget_exceeded"); ev["agentsafe.budget"] != "refunds" || ev["agentsafe.budget.amount"] != "100" ||
+		ev["agentsafe.budget.spent"] != "450" || ev["agentsafe.retry_after"] != "3600" {
+		t.Errorf("the budget_exceeded span event: %v", ev)
+	}
+	ms = f.metrics()
+	if got := sum(t, ms, "agentsafe.budget.exceeded", refunds...); got != 1 {
+		t.Errorf("agentsafe.budget.exceeded = %d, want 1", got)
+	}
+	noPayload(t, f.spans.GetSpans())
+}
+
+// gauge returns the value of the gauge point with exactly these attributes.
+func gauge(t *testing.T, ms map[string]metricdata.Aggregation, name string, kv ...attribute.KeyValue) int64 {
+	t.Helper()
+	g, ok := ms[name].(metricdata.Gauge[int64])
+	if !ok {
+		t.Fatalf("metric %s is %T, want an int64 gauge (have %v)", name, ms[name], keys(ms))
+	}
+	want := attribute.NewSet(kv...)
+	for _, p := range g.DataPoints {
+		if p.Attributes.Equals(&want) {
+			return p.Value
+		}
+	}
+	return -1
 }
 
 func TestStreamSpan(t *testing.T) {

@@ -30,6 +30,17 @@ func (i *Instrumentation) HandleEvent(ctx context.Context, e middleware.Event) {
 			decision = "rejected"
 		}
 		i.approvalWait.Record(ctx, e.Duration.Seconds(), i.metricAttrs(e, keyDecision.String(decision)))
+	case middleware.EventStarted, middleware.EventBudgetExceeded:
+		if e.Budget == "" {
+			return
+		}
+		budget := i.metricAttrs(e, keyBudget.String(e.Budget))
+		i.spent.Record(ctx, e.Spent, budget)
+		i.limit.Record(ctx, e.Limit, budget)
+		if e.Type == middleware.EventBudgetExceeded {
+			i.exceeded.Add(ctx, 1, budget)
+		}
+		i.spanEvent(ctx, e)
 	case middleware.EventRetried:
 		i.retries.Add(ctx, 1, i.metricAttrs(e, keyPreviousCode.String(e.PreviousErrorCode.String())))
 	case middleware.EventAbandonedResult:
@@ -60,7 +71,14 @@ func (i *Instrumentation) spanEvent(ctx context.Context, e middleware.Event) {
 		return
 	}
 	attrs := []attribute.KeyValue{keyApprovalID.String(e.ApprovalID)}
+	if e.Budget != "" {
+		attrs = append(attrs, keyBudget.String(e.Budget), keyAmount.Int64(e.Amount), keySpent.Int64(e.Spent), keyLimit.Int64(e.Limit))
+	}
 	switch e.Type {
+	case middleware.EventBudgetExceeded:
+		if e.RetryAfter > 0 {
+			attrs = append(attrs, keyRetryAfter.Float64(e.RetryAfter.Seconds()))
+		}
 	case middleware.EventApprovalRequested:
 		attrs = append(attrs, keyReason.String(e.Reason))
 	case middleware.EventApprovalDenied, middleware.EventApprovalStale:

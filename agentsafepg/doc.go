@@ -1,5 +1,5 @@
-// Package agentsafepg keeps agentsafe's approvals, stored results and
-// audit trail in PostgreSQL, for services whose system of record is
+// Package agentsafepg keeps agentsafe's approvals, stored results, budgets
+// and audit trail in PostgreSQL, for services whose system of record is
 // PostgreSQL: the approval, the replayable result, the effect and the
 // evidence live in one database. It is a package of its own so that
 // importing approvalstore or resultstore never links pgx.
@@ -9,12 +9,14 @@
 //	if err := agentsafepg.Migrate(ctx, pool); err != nil { ... } // or apply agentsafepg.Migrations() yourself
 //	approvals, err := agentsafepg.NewApprovalStore(pool)
 //	results, err := agentsafepg.NewResultStore(pool)
+//	budgets, err := agentsafepg.NewBudgetStore(pool)
 //	audit, err := agentsafepg.NewAuditSink(pool)
 //	defer audit.Close(ctx)
 //	eng, err := middleware.New(reg,
 //		middleware.WithApprovalStore(approvals),
 //		middleware.WithResultStore(results),
 //		middleware.WithResultKey(key),
+//		middleware.WithBudgetStore(budgets),
 //		middleware.WithAuditSink(audit))
 //
 // Everything lives in the schema "agentsafe", created by the versioned SQL
@@ -53,6 +55,15 @@
 // voter's principals (id and OnBehalfOf chain) are disjoint from every
 // earlier voter's, checked under the record's row lock (migration 0005):
 // two assistants acting for one person are that person once.
+//
+// # Budgets
+//
+// [BudgetStore] implements the budget store contract of package
+// middleware/store: a row per budget key and one per reservation
+// (migration 0009). Reserve is one call of a SQL function whose first
+// statement locks the key's row, then trims what aged out of the window,
+// sums, checks and adds, by the database clock: in no window do the
+// reservations of a key pass its limit, on any number of instances.
 //
 // # Failover
 //

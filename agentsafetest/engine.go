@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 )
@@ -22,11 +23,13 @@ type Engine struct {
 	// Approvals is the engine's approval store: in memory, on the
 	// runtime's clock, which testing/synctest fakes.
 	Approvals *approvalstore.Memory
+	// Budgets is the engine's budget store, in memory on the same clock.
+	Budgets *budgetstore.Memory
 }
 
 // NewEngine builds an engine for reg (which may be nil: the method options
 // of the linked descriptors, as [middleware.New] reads them) with a
-// [Recorder] as event sink, an in-memory approval store and the test's
+// [Recorder] as event sink, in-memory approval and budget stores and the test's
 // output as the engine's log; opts come after those, so they add to them
 // or replace them (a WithActor, policies, another store). An invalid
 // configuration fails the test.
@@ -45,10 +48,11 @@ type Engine struct {
 //	})
 func NewEngine(t testing.TB, reg *middleware.Registry, opts ...middleware.Option) *Engine {
 	t.Helper()
-	e := &Engine{Recorder: &Recorder{}, Approvals: approvalstore.NewMemory()}
+	e := &Engine{Recorder: &Recorder{}, Approvals: approvalstore.NewMemory(), Budgets: budgetstore.NewMemory()}
 	eng, err := middleware.New(reg, append([]middleware.Option{
 		middleware.WithEventSink(e.Recorder),
 		middleware.WithApprovalStore(e.Approvals),
+		middleware.WithBudgetStore(e.Budgets),
 		middleware.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))),
 	}, opts...)...)
 	if err != nil {

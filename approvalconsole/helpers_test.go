@@ -127,20 +127,27 @@ func newEnvQuorum(t *testing.T, audience string, shared *env, quorum int, opts .
 // preview (nil for none).
 func newEnvPreview(t *testing.T, audience string, shared *env, quorum int, preview func(context.Context, middleware.PreviewInput) (middleware.Preview, error), opts ...approvalconsole.Option) *env {
 	t.Helper()
+	return newEnvWith(t, middleware.Capability{
+		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
+		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute, Quorum: quorum},
+		Preview:  preview,
+	}, audience, shared, nil, opts...)
+}
+
+// newEnvWith is newEnvFor with the refund's capability c, and engine
+// options of its own.
+func newEnvWith(t *testing.T, c middleware.Capability, audience string, shared *env, engine []middleware.Option, opts ...approvalconsole.Option) *env {
+	t.Helper()
 	e := &env{t: t, rec: &agentsafetest.Recorder{}, now: time.Now().Truncate(time.Second)}
 	e.store = approvalstore.NewMemory(approvalstore.WithClock(e.clock))
 	if shared != nil {
 		e.store = shared.store
 	}
-	reg := middleware.NewRegistry().Register(procRefund, middleware.Capability{
-		SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
-		Approval: middleware.Approval{Required: true, Type: "manager", ExpiresIn: 15 * time.Minute, Quorum: quorum},
-		Preview:  preview,
-	})
+	reg := middleware.NewRegistry().Register(procRefund, c)
 	var err error
-	e.eng, err = middleware.New(reg, middleware.WithApprovalStore(e.store), middleware.WithActor(actorOf),
+	e.eng, err = middleware.New(reg, append([]middleware.Option{middleware.WithApprovalStore(e.store), middleware.WithActor(actorOf),
 		middleware.WithApprovalView(redactedView), middleware.WithEventSink(e.rec), middleware.WithProtoFiles(nil),
-		middleware.WithAudience(audience))
+		middleware.WithAudience(audience)}, engine...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

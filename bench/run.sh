@@ -42,6 +42,12 @@ run go test -run '^$' -bench '^BenchmarkAuditVerify$' -benchtime 3x -count 3 . >
 run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
 # Approval consumption on real Redis.
 run ./redis.sh >"$out/redis.txt"
+# Budgets: a governed call with one budget on the memory store against the
+# same call without (in process, and Connect over loopback); the Redis
+# Reserve against go-redis running the least trim-sum-add script.
+run go test -run '^$' -bench '^BenchmarkBudget$' -benchtime 200000x -count "$count" . >"$out/budgets.txt"
+run go test -run '^$' -bench '^BenchmarkBudgetConnect$' -benchtime 10000x -count "$count" . >>"$out/budgets.txt"
+run env AGENTSAFE_REQUIRE_REDIS=1 go test -run '^$' -bench '^BenchmarkReserve$' -benchtime 4000x -count "$count" . >>"$out/budgets.txt"
 # A resume with a preview against one without, alternating, memory and Redis.
 AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^TestPreviewTarget$' -v . |
 	sed -n 's/^ *preview_test.go:[0-9]*: //p' >"$out/preview.txt"
@@ -61,6 +67,9 @@ AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^
 	benchstat -col '/impl@(go-grpc-middleware agentsafe)' -filter '.name:GRPCUnary' "$out/rpc.txt"
 	echo '## net/http'
 	benchstat -col '/impl@(bare agentsafe)' -filter '.name:(NetHTTP OR NetHTTPLoopback)' "$out/rpc.txt"
+	echo '## Budgets'
+	benchstat -col '/impl@(none budget)' -filter '.name:(Budget OR BudgetConnect)' "$out/budgets.txt"
+	benchstat -col '/impl@(script reserve)' -filter '.name:Reserve' "$out/budgets.txt"
 	echo '## Load curve'
 	benchstat -col '/server@(bare agentsafe)' "$out/load.txt"
 	echo '## Strict audit under load'
@@ -92,6 +101,10 @@ ratios() {
 	ratios rpc.txt BenchmarkNetHTTP/body=64KiB/impl=agentsafe BenchmarkNetHTTP/body=64KiB/impl=bare 'net/http in process, 64 KiB / bare' '<=2'
 	ratios rpc.txt BenchmarkNetHTTPLoopback/body=1KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=1KiB/impl=bare 'net/http loopback, 1 KiB / bare' '<=1.1'
 	ratios rpc.txt BenchmarkNetHTTPLoopback/body=64KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=64KiB/impl=bare 'net/http loopback, 64 KiB / bare' '<=1.1'
+	ratios budgets.txt BenchmarkBudget/impl=budget BenchmarkBudget/impl=none 'governed no-op write in process, one budget (memory) / none' '<=1.15'
+	ratios budgets.txt BenchmarkBudgetConnect/impl=budget BenchmarkBudgetConnect/impl=none 'governed Connect call, one budget (memory) / none' '<=1.15'
+	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=1/impl=reserve BenchmarkReserve/c=1/impl=script 'Redis Reserve / window script, c=1, ops/s' '>=0.8'
+	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=64/impl=reserve BenchmarkReserve/c=64/impl=script 'Redis Reserve / window script, c=64, ops/s' '>=0.8'
 	ratios chain.txt BenchmarkAuditChain/sink=chained BenchmarkAuditChain/sink=unchained 'governed call, chained strict JSON Lines sink / unchained, in process' '<=1.1'
 	ratios chain.txt BenchmarkAuditChainConnect/sink=chained BenchmarkAuditChainConnect/sink=unchained 'governed Connect call, chained strict sink / unchained, loopback' '<=1.1'
 } >"$out/ratios.md"

@@ -99,7 +99,7 @@ func RunAdapter(t *testing.T, h Harness) {
 	if ip, ok := h.(InProcess); ok {
 		inProcess = ip.InProcess()
 	}
-	rules := slices.Concat(adapterRules, policyRules, absentRules, keyRules, hintRules, outcomeRules, wireRules, inlineRules)
+	rules := slices.Concat(adapterRules, policyRules, absentRules, keyRules, hintRules, outcomeRules, wireRules, inlineRules, []adapterRule{budgetRule})
 	runRules(t, h, rules, inProcess, false)
 	t.Run("Inline", func(t *testing.T) { runRules(t, h, rules, inProcess, true) })
 }
@@ -389,8 +389,9 @@ type adapterRule struct {
 	engine []middleware.Option
 	// capabilities, when set, changes the suite's capabilities for the rule.
 	capabilities func(s *suite, caps map[Fixture]middleware.Capability)
-	// results gives the rule's engine a fresh result store.
-	results bool
+	// results gives the rule's engine a fresh result store, budgets a
+	// fresh budget store.
+	results, budgets bool
 	// spelling marks a rule about how the Idempotency-Key header is spelt.
 	spelling bool
 	// variant says with which capabilities the rule runs: as listed,

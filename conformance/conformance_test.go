@@ -215,6 +215,9 @@ func (c *directClient) callBody(ctx context.Context, f conformance.Fixture, req 
 		wire.Del(adapter.HeaderCode)
 		wire.Del(adapter.HeaderRetryable)
 	}
+	if c.d.bug == "drops-retry-after" {
+		wire.Del(adapter.HeaderRetryAfter)
+	}
 	if c.d.bug == "keeps-relayed-headers" && out != nil && err == nil {
 		wire.Add(adapter.HeaderExecutionID, "exe_00000000000000000000000000000001")
 	}
@@ -304,9 +307,11 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Wire/an_engine's_failure_carries_Agentsafe-Code,_Agentsafe-Retryable_and_its_status",
 			"Status/a_handler's_framework_error_reaches_the_client_unchanged",
 			"Keys/a_handler's_framework_error_is_replayed_unchanged",
+			"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED",
 			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 			"Approval/a_resume_after_the_previewed_state_changed_is_APPROVAL_STALE_and_runs_nothing",
 		),
+		"drops-retry-after":    inBoth("Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED"),
 		"drops-approval-hints": inBoth("Approval/APPROVAL_REQUIRED_and_APPROVAL_PENDING_carry_the_approval_URL_and_expiry"),
 		// It decodes the request before it asks whether the call is hidden.
 		"decodes-first": inBoth("Hidden/a_hidden_call_is_answered_byte_for_byte_as_a_procedure_the_server_does_not_have"),
@@ -335,6 +340,7 @@ func TestPlantedBugsFailExactlyTheirRules(t *testing.T) {
 			"Keys/a_key_on_a_read_has_no_effect",
 			"Keys/a_caller_at_its_result_quota_is_IDEMPOTENCY_QUOTA_EXCEEDED",
 			"Concurrency/concurrent_calls_each_get_their_own_execution's_envelope,_headers_and_response",
+			"Budget/over_a_deny_budget_is_BUDGET_EXCEEDED_with_Retry-After,_over_a_require_approval_one_APPROVAL_REQUIRED",
 		), lateKey),
 		"drops-key": append(inBoth(
 			"Keys/a_repeat_with_the_same_key_replays_the_stored_result",

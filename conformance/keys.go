@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/middleware/store"
@@ -41,10 +42,14 @@ var resultKey = middleware.ResultKey{ID: "conformance", Key: []byte("conformance
 // options is what the rule's engine needs beyond the suite's own: a
 // fresh result store for a rule that stores results.
 func (r adapterRule) options() []middleware.Option {
-	if !r.results {
-		return r.engine
+	var opts []middleware.Option
+	if r.results {
+		opts = append(opts, middleware.WithResultStore(resultstore.NewMemory()), middleware.WithResultKey(resultKey))
 	}
-	return append([]middleware.Option{middleware.WithResultStore(resultstore.NewMemory()), middleware.WithResultKey(resultKey)}, r.engine...)
+	if r.budgets {
+		opts = append(opts, middleware.WithBudgetStore(budgetstore.NewMemory()))
+	}
+	return append(opts, r.engine...)
 }
 
 // callKeyed calls f with key as the caller's Idempotency-Key.

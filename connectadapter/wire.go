@@ -34,6 +34,11 @@ func wireError(err error, env middleware.Envelope) error {
 		if d, derr := connect.NewErrorDetail(adapter.ErrorDetail(env)); derr == nil {
 			out.AddDetail(d)
 		}
+		if ri := adapter.RetryInfo(env); ri != nil {
+			if d, derr := connect.NewErrorDetail(ri); derr == nil {
+				out.AddDetail(d)
+			}
+		}
 	}
 	return out
 }

@@ -139,7 +139,11 @@ func wireError(env middleware.Envelope, err error) error {
 	}
 	st := status.New(codes.Code(adapter.RPCCode(err)), env.Error.Message)
 	if adapter.CarriesDetail(err) {
-		if withDetail, derr := st.WithDetails(adapter.ErrorDetail(env)); derr == nil {
+		withDetail, derr := st.WithDetails(adapter.ErrorDetail(env))
+		if ri := adapter.RetryInfo(env); ri != nil && derr == nil {
+			withDetail, derr = withDetail.WithDetails(ri)
+		}
+		if derr == nil {
 			st = withDetail
 		}
 	}

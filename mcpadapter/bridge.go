@@ -180,7 +180,7 @@ func (b *Bridge) newTool(httpClient *http.Client, proc string, md protoreflect.M
 		capability: c,
 		def: &mcp.Tool{
 			Name:         name,
-			Description:  c.Description,
+			Description:  joinSentences(append([]string{c.Description}, budgetNotes(c, in)...)...),
 			InputSchema:  input,
 			OutputSchema: messageSchema(md.Output()),
 			Annotations: &mcp.ToolAnnotations{

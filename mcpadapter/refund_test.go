@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"google.golang.org/protobuf/proto"
@@ -84,9 +85,11 @@ func TestRefundTools(t *testing.T) {
 	}{
 		"get_order": {"/orders.v1.OrderService/GetOrder", "Look up an order by id.", hints{readOnly: true},
 			[]string{"orderId"}, []string{"orderId", "customer", "totalCents", "status", "refundedCents"}},
-		"refund_order": {"/orders.v1.OrderService/RefundOrder", "Refund an order; large refunds need a manager's approval.", hints{idempotent: true},
+		"refund_order": {"/orders.v1.OrderService/RefundOrder", "Refund an order; large refunds need a manager's approval. " +
+			`Budget "refunds": at most a total amountCents of 250000 per person in any 24h; a call past it waits for a person's approval.`, hints{idempotent: true},
 			[]string{"orderId", "amountCents", "reason"}, []string{"orderId", "refundedCents", "gatewayReference"}},
-		"notify_customer": {"/orders.v1.OrderService/NotifyCustomer", "Email the customer about their order.", hints{openWorld: true},
+		"notify_customer": {"/orders.v1.OrderService/NotifyCustomer", "Email the customer about their order. " +
+			`Budget "emails": at most 3 calls per person in any 1h; a call past it is refused (BUDGET_EXCEEDED), saying when to try again.`, hints{openWorld: true},
 			[]string{"orderId", "message"}, []string{"messageId"}},
 		"export_report": {"/orders.v1.OrderService/ExportReport", "Export the day's order report.", hints{readOnly: true},
 			[]string{"day"}, []string{"orders"}},
@@ -101,7 +104,8 @@ func TestRefundTools(t *testing.T) {
 		t.Fatalf("tools %v", names)
 	}
 
-	eng, err := middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()))
+	eng, err := middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()),
+		middleware.WithBudgetStore(budgetstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,9 +30,9 @@ const (
 )
 
 // exposedHeaders are the response headers every tool result exposes: the
-// envelope's.
+// envelope's, and Retry-After (a budget's refusal says when to try again).
 var exposedHeaders = []string{adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode, adapter.HeaderRetryable,
-	adapter.HeaderReplayed, adapter.HeaderApprovalURL, adapter.HeaderApprovalExpires}
+	adapter.HeaderReplayed, adapter.HeaderApprovalURL, adapter.HeaderApprovalExpires, adapter.HeaderRetryAfter}
 
 // result turns what the procedure returned into the tool result (see the
 // package documentation for the mapping).

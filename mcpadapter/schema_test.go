@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/mcpadapter"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/google/jsonschema-go/jsonschema"
@@ -137,7 +138,8 @@ func shopFiles(t *testing.T) *protoregistry.Files {
 // which must agree.
 func listTools(t *testing.T, files *protoregistry.Files, reg *middleware.Registry, services ...string) map[string]*mcp.Tool {
 	t.Helper()
-	eng, err := middleware.New(reg, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()))
+	eng, err := middleware.New(reg, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()),
+		middleware.WithBudgetStore(budgetstore.NewMemory()))
 	if err != nil {
 		t.Fatal(err)
 	}

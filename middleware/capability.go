@@ -165,6 +165,10 @@ type Capability struct {
 	// false, gives every attempt a goroutine of its own, so that a handler
 	// that ignores its context cannot hold the caller past its deadline.
 	Inline bool
+	// Budgets bound what the capability's calls may spend over rolling
+	// windows, across instances (see [Budget]); they need a budget store
+	// ([WithBudgetStore]). None by default.
+	Budgets []Budget
 }
 
 // Exposed reports whether the capability is served on s.

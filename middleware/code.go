@@ -66,6 +66,12 @@ const (
 	// CodeIdempotencyQuotaExceeded: the results the actor's keys keep are
 	// at their quota (WithResultQuota); nothing ran.
 	CodeIdempotencyQuotaExceeded
+	// CodeBudgetExceeded: the call would take a budget past its limit;
+	// nothing ran. The envelope carries RetryAfter.
+	CodeBudgetExceeded
+	// CodeBudgetUnavailable: the budget store failed; nothing ran.
+	// Retryable.
+	CodeBudgetUnavailable
 	// CodeApprovalStale: the capability's preview of the effect, computed
 	// again at resume, differs from the one approved (the state changed);
 	// nothing ran and nothing was consumed.
@@ -103,6 +109,8 @@ var codeNames = [numCodes]string{
 	CodePolicyDenied:             "POLICY_DENIED",
 	CodePolicyUnavailable:        "POLICY_UNAVAILABLE",
 	CodeIdempotencyQuotaExceeded: "IDEMPOTENCY_QUOTA_EXCEEDED",
+	CodeBudgetExceeded:           "BUDGET_EXCEEDED",
+	CodeBudgetUnavailable:        "BUDGET_UNAVAILABLE",
 	CodeApprovalStale:            "APPROVAL_STALE",
 	CodePreviewUnavailable:       "PREVIEW_UNAVAILABLE",
 }
@@ -130,7 +138,7 @@ func parseCode(s string) (Code, bool) {
 func (c Code) retryable() bool {
 	switch c {
 	case CodeTimeout, CodeApprovalPending, CodeApprovalUnavailable, CodeAuditUnavailable,
-		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable, CodePreviewUnavailable:
+		CodeIdempotencyInFlight, CodeIdempotencyUnavailable, CodePolicyUnavailable, CodeBudgetUnavailable, CodePreviewUnavailable:
 		return true
 	}
 	return false

@@ -51,14 +51,19 @@
 //     the actor, the cap on abandoned attempts); binding the input (its
 //     I-JSON check and digest, only when something needs them);
 //     capability.requested; the policies ([WithPolicy]), with the input:
-//     hide, deny, require approval; and the result store.
-//  3. Approval gate, for capabilities (or policies) that require one: a
-//     call without an approval id requests one; a call with one consumes
-//     it, atomically. A capability with a Preview has it computed at both:
-//     the record keeps its text and the digest of its state, and the
-//     consumption checks that the state is still the approved one
-//     (APPROVAL_STALE otherwise).
-//  4. Start: emit capability.started.
+//     hide, deny, require approval; the result store (a replay ends here,
+//     spending nothing); and the budgets ([Budget], [WithBudgetStore]):
+//     reserve the call's amount on each, or refuse (BUDGET_EXCEEDED), or
+//     require an approval.
+//  3. Approval gate, for capabilities (or policies, or budgets) that
+//     require one: a call without an approval id requests one; a call with
+//     one consumes it, atomically. A capability with a Preview has it
+//     computed at both: the record keeps its text and the digest of its
+//     state, and the consumption checks that the state is still the
+//     approved one (APPROVAL_STALE otherwise). The approved resume of a
+//     budget that required approval reserves past the limit, an
+//     overdraft.
+//  4. Start: emit capability.started (with the budget nearest its limit).
 //  5. Attempts: each attempt runs on its own goroutine under the caller's
 //     context plus its own timeout. The engine returns when the handler
 //     returns OR the attempt's context ends, whichever is first ("bounded
@@ -72,7 +77,9 @@
 //     cancellation is terminal, backoff included. An Inline capability
 //     runs its attempts on the caller's goroutine instead (see below).
 //  6. Finalize, exactly once: one envelope, one final event
-//     (capability.completed, .failed or .cancelled).
+//     (capability.completed, .failed or .cancelled). Budget reservations
+//     are given back when nothing ran, or every attempt returned
+//     [NoEffect]; otherwise they are spent.
 //  7. Sinks receive the events through queues of their own ([WithEventSink]),
 //     or on the execution's goroutine ([SinkInline]).
 //

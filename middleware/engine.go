@@ -38,6 +38,8 @@ type Engine struct {
 
 	// decisions wakes the gates waiting for a decision (wait.go).
 	decisions decisionSignal
+	// budgetsByName are the budgets of the capabilities, for Budget.
+	budgetsByName map[string]Budget
 }
 
 // capability is a validated Capability with its defaults resolved, plus the
@@ -62,6 +64,11 @@ type capability struct {
 	overrunWarned atomic.Int64
 	// route is what adapters resolve the procedure to.
 	route *route
+	// budgets are the capability's budgets in the order they are
+	// reserved; bindsInput is set when one reads the input or may need
+	// an approval, so the input must bind.
+	budgets    []*budgetRule
+	bindsInput bool
 	// previewWarned is when the engine last warned that the capability's
 	// preview returned a text approvers cannot be shown (preview.go).
 	previewWarned atomic.Int64
@@ -95,13 +102,14 @@ func New(reg *Registry, opts ...Option) (*Engine, error) {
 	}
 	errs = append(errs, cfg.storeProblems(merged)...)
 	errs = append(errs, cfg.resultProblems(merged)...)
+	errs = append(errs, cfg.budgetProblems(merged)...)
 	errs = append(errs, cfg.previewProblems(merged)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	cfg.warn(merged)
 	e := &Engine{cfg: cfg, caps: make(map[string]*capability, len(merged)), undeclared: undeclared, workers: newAttemptWorkers(),
-		realClock: reflect.ValueOf(cfg.now).Pointer() == reflect.ValueOf(time.Now).Pointer()}
+		realClock: reflect.ValueOf(cfg.now).Pointer() == reflect.ValueOf(time.Now).Pointer(), budgetsByName: budgetsByName(merged)}
 	for proc, c := range merged {
 		e.caps[proc] = e.resolve(proc, c)
 	}
@@ -172,6 +180,7 @@ func (c *config) warn(caps map[string]Capability) {
 
 func (e *Engine) resolve(proc string, c Capability) *capability {
 	c.Exposure = slices.Clone(c.Exposure) // the registry is read once: the caller's slice stays theirs
+	c.Budgets = slices.Clone(c.Budgets)
 	rc := &capability{Capability: c, procedure: proc, timeout: c.Timeout, backoff: c.Retry.Backoff, expiresIn: c.Approval.ExpiresIn, explicitTimeout: c.Timeout}
 	if rc.timeout == 0 {
 		rc.timeout = e.cfg.defaultTimeout
@@ -183,6 +192,10 @@ func (e *Engine) resolve(proc string, c Capability) *capability {
 		rc.expiresIn = e.cfg.defaultExpiry
 	}
 	rc.lease = e.lease(rc)
+	rc.budgets = e.resolveBudgets(c.Budgets)
+	for _, b := range c.Budgets {
+		rc.bindsInput = rc.bindsInput || b.Amount != "" || b.Over == OverRequireApproval
+	}
 	rc.route = &route{e: e, proc: proc, cap: rc, governed: true}
 	return rc
 }
@@ -193,6 +206,7 @@ func (c *capability) resolved() Capability {
 	// Zero means the default quorum, one approver.
 	out.Approval.Quorum = max(out.Approval.Quorum, 1)
 	out.Exposure = slices.Clone(c.Exposure) // a reader's copy can never change where it is served
+	out.Budgets = slices.Clone(c.Budgets)
 	return out
 }
 

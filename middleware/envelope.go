@@ -53,6 +53,11 @@ type Envelope struct {
 	// ExecutionID is), replayed for a repeat with the same Idempotency-Key
 	// or within a dedup window: nothing ran.
 	Replayed bool
+	// RetryAfter is, on BUDGET_EXCEEDED, how long until enough of the
+	// budget's window frees for the call to fit; zero when unknown (the
+	// amount never fits). Adapters write it as Retry-After (HTTP) and
+	// google.rpc.RetryInfo (Connect, gRPC).
+	RetryAfter time.Duration
 }
 
 // EnvelopeError is the part of a failure the caller may see.

@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
 )
@@ -31,6 +32,8 @@ type Error struct {
 	// hidden marks a call answered as if its procedure had no handler (a
 	// policy hid it, or it came in on a surface it is not exposed on).
 	hidden bool
+	// retryAfter is, on BUDGET_EXCEEDED, when enough of the window frees.
+	retryAfter time.Duration
 }
 
 // NewError returns an error with code and message.

@@ -25,8 +25,12 @@ const (
 	EventRejected         EventType = "capability.rejected"
 	EventApprovalConsumed EventType = "capability.approval_consumed"
 	EventApprovalDenied   EventType = "capability.approval_denied"
-	EventStarted          EventType = "capability.started"
-	EventRetried          EventType = "capability.retried"
+	// EventBudgetExceeded reports a call that would take a budget past
+	// its limit (Budget, Amount, Spent, Limit; RetryAfter for a deny
+	// budget): refused, or sent to the approval gate.
+	EventBudgetExceeded EventType = "capability.budget_exceeded"
+	EventStarted        EventType = "capability.started"
+	EventRetried        EventType = "capability.retried"
 	// EventAbandonedResult reports that an attempt abandoned at its deadline
 	// returned after all, and whether it succeeded: an effect may have landed
 	// after the caller was told TIMEOUT. An attempt that returns its
@@ -97,6 +101,15 @@ type Event struct {
 	// ReplayOf, on capability.replayed, is the execution whose stored
 	// result was replayed.
 	ReplayOf string
+	// Budget names a budget, with the call's Amount, what the window has
+	// Spent (on started with the call's reservation, on budget_exceeded
+	// without it) and its Limit: on capability.budget_exceeded, and on
+	// capability.started the budget nearest its limit (the largest share
+	// spent).
+	Budget               string
+	Amount, Spent, Limit int64
+	// RetryAfter, on budget_exceeded, is when enough of the window frees.
+	RetryAfter time.Duration
 }
 
 // ActorRef identifies an actor on events without its delegation chain.

@@ -8,7 +8,8 @@ import "context"
 // [Execution].ApprovedState). When every attempt of an execution returned
 // NoEffect, the approval it consumed goes back to approved, as if it had
 // never been consumed (the next resume is judged afresh: refused
-// APPROVAL_STALE while the state differs). The error otherwise reaches the
+// APPROVAL_STALE while the state differs), and its budget reservations are
+// released: it spent nothing (see [Budget]). The error otherwise reaches the
 // caller as err would. It returns nil for nil, and keeps err reachable
 // through errors.Is and errors.As.
 func NoEffect(err error) error {

@@ -36,6 +36,7 @@ type config struct {
 	digestKey      []byte
 	store          store.ApprovalStore
 	results        store.ResultStore
+	budgets        store.BudgetStore
 	resultKeys     *keyring
 	retention      time.Duration // of stored results; 0: 24h
 	quota          store.ResultQuota

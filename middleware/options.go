@@ -89,6 +89,19 @@ func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 	c.Timeout = dur("Timeout", pc.GetTimeout())
 	c.Retry.Backoff = dur("Retry.Backoff", pc.GetRetry().GetBackoff())
 	c.Approval.ExpiresIn = dur("Approval.ExpiresIn", pc.GetApproval().GetExpiresIn())
+	for i, pb := range pc.GetBudgets() {
+		b := Budget{Name: pb.GetName(), Limit: pb.GetLimit(), Amount: pb.GetAmount(),
+			Window: dur(fmt.Sprintf("Budgets[%d].Window", i), pb.GetWindow())}
+		if n := int32(pb.GetPer()); !wraps(fmt.Sprintf("Budgets[%d].Per", i), n) {
+			b.Per = BudgetPer(n) // numbered alike; unspecified and unknown numbers are invalid
+		}
+		// Unspecified and DENY are deny; REQUIRE_APPROVAL is numbered one
+		// past Go's, and unknown numbers stay invalid.
+		if n := int32(pb.GetOver()); n > int32(agentsafev1.BudgetOver_BUDGET_OVER_UNSPECIFIED) && !wraps(fmt.Sprintf("Budgets[%d].Over", i), n) {
+			b.Over = BudgetOver(n - 1)
+		}
+		c.Budgets = append(c.Budgets, b)
+	}
 	if opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS && c.SideEffect.WriteLike() {
 		bad("idempotency_level", "NO_SIDE_EFFECTS contradicts side effect %s, which is write-like", c.SideEffect)
 	}
@@ -104,6 +117,8 @@ type scanned struct {
 	// known to stream too; noSideEffects every method declaring
 	// idempotency_level = NO_SIDE_EFFECTS.
 	methods, streaming, noSideEffects map[string]bool
+	// inputs holds the request message of every method.
+	inputs map[string]protoreflect.MessageDescriptor
 }
 
 // scanOptions collects the capability of every method in files that carries
@@ -114,6 +129,7 @@ func scanOptions(files *protoregistry.Files) scanned {
 		return s
 	}
 	s.methods, s.streaming, s.noSideEffects = make(map[string]bool), make(map[string]bool), make(map[string]bool)
+	s.inputs = make(map[string]protoreflect.MessageDescriptor)
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		services := fd.Services()
 		for i := range services.Len() {
@@ -121,6 +137,7 @@ func scanOptions(files *protoregistry.Files) scanned {
 			for j := range methods.Len() {
 				md := methods.Get(j)
 				s.methods[procedureOf(md)] = true
+				s.inputs[procedureOf(md)] = md.Input()
 				if md.IsStreamingClient() || md.IsStreamingServer() {
 					s.streaming[procedureOf(md)] = true
 				}

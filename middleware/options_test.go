@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	_ "github.com/agentsafe/agentsafe/internal/testproto/testv1" // registers the test service's options
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -214,9 +215,10 @@ func TestOutOfRangeOptionValuesNeverBecomeValidOnes(t *testing.T) {
 // field added to the message without being read fails here.
 func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 	for msg, n := range map[protoreflect.MessageDescriptor]int{
-		(&agentsafev1.Capability{}).ProtoReflect().Descriptor(): 11,
+		(&agentsafev1.Capability{}).ProtoReflect().Descriptor(): 12,
 		(&agentsafev1.Retry{}).ProtoReflect().Descriptor():      2,
 		(&agentsafev1.Approval{}).ProtoReflect().Descriptor():   4,
+		(&agentsafev1.Budget{}).ProtoReflect().Descriptor():     6,
 	} {
 		if got := msg.Fields().Len(); got != n {
 			t.Errorf("%s has %d fields, this test reads %d: map the new one in capabilityFromOptions and here", msg.FullName(), got, n)
@@ -234,13 +236,24 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		Exposure:    []agentsafev1.Surface{agentsafev1.Surface_SURFACE_RPC, agentsafev1.Surface_SURFACE_MCP},
 		Dedup:       durationpb.New(5 * time.Minute),
 		Inline:      true,
+		Budgets: []*agentsafev1.Budget{
+			{Name: "refunds", Limit: 2000, Window: durationpb.New(24 * time.Hour), Per: agentsafev1.BudgetPer_BUDGET_PER_PERSON,
+				Amount: "amount", Over: agentsafev1.BudgetOver_BUDGET_OVER_REQUIRE_APPROVAL},
+			{Name: "calls", Limit: 20, Window: durationpb.New(time.Minute), Per: agentsafev1.BudgetPer_BUDGET_PER_TENANT,
+				Over: agentsafev1.BudgetOver_BUDGET_OVER_DENY},
+			{Name: "tenant-calls", Limit: 5000, Window: durationpb.New(time.Hour), Per: agentsafev1.BudgetPer_BUDGET_PER_AUDIENCE},
+			{Name: "actor-calls", Limit: 5, Window: durationpb.New(time.Second), Per: agentsafev1.BudgetPer_BUDGET_PER_ACTOR},
+		},
 	}
 	opts := &descriptorpb.MethodOptions{}
 	proto.SetExtension(opts, agentsafev1.E_Capability, opt)
 	fd := &descriptorpb.FileDescriptorProto{
 		Name: proto.String("parity/v1/parity.proto"), Package: proto.String("parity.v1"), Syntax: proto.String("proto3"),
-		Dependency:  []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
-		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M")}},
+		Dependency: []string{"agentsafe/v1/options.proto", "google/protobuf/descriptor.proto"},
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("M"), Field: []*descriptorpb.FieldDescriptorProto{
+			{Name: proto.String("amount"), Number: proto.Int32(1), Type: descriptorpb.FieldDescriptorProto_TYPE_INT64.Enum(),
+				Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(), JsonName: proto.String("amount")},
+		}}},
 		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Parity"), Method: []*descriptorpb.MethodDescriptorProto{
 			{Name: proto.String("Charge"), InputType: proto.String(".parity.v1.M"), OutputType: proto.String(".parity.v1.M"), Options: opts},
 		}}},
@@ -254,7 +267,8 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng, err := middleware.New(nil, middleware.WithProtoFiles(files), middleware.WithApprovalStore(approvalstore.NewMemory()),
-		middleware.WithResultStore(resultstore.NewMemory()), middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: make([]byte, 32)}), middleware.WithLogger(discard))
+		middleware.WithResultStore(resultstore.NewMemory()), middleware.WithResultKey(middleware.ResultKey{ID: "k1", Key: make([]byte, 32)}),
+		middleware.WithBudgetStore(budgetstore.NewMemory()), middleware.WithLogger(discard))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +279,12 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		Approval: middleware.Approval{Required: true, Type: "finance", ExpiresIn: time.Hour, Quorum: 2},
 		ToolName: "charge_card", Exposure: []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceMCP}, Dedup: 5 * time.Minute,
 		Inline: true,
+		Budgets: []middleware.Budget{
+			{Name: "refunds", Limit: 2000, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "amount", Over: middleware.OverRequireApproval},
+			{Name: "calls", Limit: 20, Window: time.Minute, Per: middleware.PerTenant, Over: middleware.OverDeny},
+			{Name: "tenant-calls", Limit: 5000, Window: time.Hour, Per: middleware.PerAudience},
+			{Name: "actor-calls", Limit: 5, Window: time.Second, Per: middleware.PerActor},
+		},
 	}
 	if !ok || !reflect.DeepEqual(got, want) {
 		t.Errorf("the option became\n%+v\nwant\n%+v", got, want)

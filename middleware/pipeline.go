@@ -39,14 +39,21 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call s
 	if r := x.replaying(); r != nil { // a stored result: nothing runs
 		return x.finish(r.v, r.err)
 	}
-	if x.consumed && x.ctx.Err() != nil {
-		// The caller left between the consumption and the first attempt:
-		// nothing ran, so the approval is given back.
-		x.consumed = false
-		x.e.release(x.ctx, x.approvalID, x.id)
+	if (x.consumed || x.spends != nil) && x.ctx.Err() != nil {
+		// The caller left between the consumption (or the reservation) and
+		// the first attempt: nothing ran, so the approval is given back
+		// (and the budgets, by finish).
+		if x.consumed {
+			x.consumed = false
+			x.e.release(x.ctx, x.approvalID, x.id)
+		}
 		return x.finish(nil, x.cancelled())
 	}
-	if err := x.unaudited(x.emit(Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID})); err != nil {
+	started := Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID}
+	if x.e.observed {
+		x.budgetFields(&started)
+	}
+	if err := x.unaudited(x.emit(started)); err != nil {
 		if x.consumed { // nothing ran: the approval is given back
 			x.consumed = false
 			x.e.release(x.ctx, x.approvalID, x.id)
@@ -128,6 +135,11 @@ type execution struct {
 
 	// hints are what an envelope asking for a decision tells (hints.go).
 	hints approvalHints
+	// spends are what the execution did with each budget of its
+	// capability (budget.go); a capability's only budget lives in spend1,
+	// one allocation less.
+	spends []spend
+	spend1 [1]spend
 	// noEffects counts the attempts that returned NoEffect in time
 	// (noeffect.go).
 	noEffects int
@@ -181,7 +193,9 @@ func (e *Engine) actorOf(ctx context.Context) (a Actor, err error) {
 //	     refusal before the binding)
 //	2c   the policies, which may read the input once it is known to bind
 //	2d   the result store: claim, or replay (a replay never reaches the gate)
-//	3    the approval gate
+//	2e   budgets: reserve, or refuse, or require approval (budget.go)
+//	3    the approval gate; the approved resume of a budget that
+//	     required approval then reserves past its limit
 func (x *execution) admit() *Error {
 	if err := x.hiding(); err != nil { // 2.0
 		x.requested() // through the audit sink's queue: it cannot tell the procedure exists
@@ -207,13 +221,21 @@ func (x *execution) admit() *Error {
 		return err
 	}
 	if err := x.claim(len(reasons) > 0); err != nil || x.replaying() != nil { // 2d
+		return err // a replay never reaches the gate, nor spends a budget
+	}
+	over, err := x.reserveBudgets() // 2e
+	if err != nil {
 		return err
 	}
+	reasons = append(reasons, over...)
 	if len(reasons) == 0 {
 		return nil
 	}
 	// Last: an approval consumed here must be followed by an attempt.
-	return x.gate(reasons) // 3
+	if err := x.gate(reasons); err != nil { // 3
+		return err
+	}
+	return x.overdraw() // the approved resume of an escalated budget
 }
 
 // cheapChecks is stage 2a: what costs nothing to refuse.
@@ -243,7 +265,7 @@ func (x *execution) cheapChecks() *Error {
 // the call's safety depends on it (an approval, or a condition that reads
 // the input); for events alone it is just left without a digest.
 func (x *execution) bind() *Error {
-	strict := x.cap.Approval.Required || x.e.cfg.condition || x.keyed != nil
+	strict := x.cap.Approval.Required || x.e.cfg.condition || x.keyed != nil || x.cap.bindsInput
 	if x.call.Input == nil || x.streaming || !(strict || x.e.observed || x.e.cfg.tracer != nil) {
 		return nil
 	}
@@ -633,6 +655,10 @@ func (x *execution) runInline(a *attempt) (any, *Error) {
 	if stop != nil {
 		stop()
 	}
+	var none bool
+	if r.err, none = withoutEffect(r.err); none && !r.ctxEnded {
+		x.noEffects++ // only in time: a late result is the context's outcome
+	}
 	if !r.ctxEnded {
 		return x.settle(a, r)
 	}
@@ -803,8 +829,10 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 		code = err.Code
 		env.Status = code.Status()
 		env.Error = &EnvelopeError{Code: code, Message: err.Message, Retryable: x.callerRetryable(err)}
+		env.RetryAfter = err.retryAfter
 		x.hint(&env)
 	}
+	x.settleBudgets()
 	x.settleNoEffect()
 	if x.consumed {
 		x.recordOutcome(code)

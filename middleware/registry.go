@@ -170,6 +170,7 @@ func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, err
 	caps := make(map[string]Capability, len(found.entries))
 	for _, e := range found.entries {
 		problems = validate(e.procedure, "option", e.cap, problems)
+		problems = checkBudgets(e.procedure, "option", e.cap, found.inputs[e.procedure], problems)
 		caps[e.procedure] = e.cap
 	}
 	seen := make(map[string]bool)
@@ -186,6 +187,7 @@ func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, err
 				c.Streaming = true // the descriptor knows; a Go value cannot say "unset"
 			}
 			problems = validate(e.procedure, "registry", c, problems)
+			problems = checkBudgets(e.procedure, "registry", c, found.inputs[e.procedure], problems)
 			if found.noSideEffects[e.procedure] && c.SideEffect.WriteLike() {
 				problems = append(problems, &FieldError{e.procedure, "registry", "SideEffect",
 					fmt.Sprintf("%s is write-like, but the method declares idempotency_level = NO_SIDE_EFFECTS", c.SideEffect)})
@@ -193,6 +195,7 @@ func buildCapabilities(found scanned, reg *Registry) (map[string]Capability, err
 			caps[e.procedure] = c
 		}
 	}
+	problems = agreeBudgets(caps, problems)
 	if len(problems) > 0 {
 		slices.SortStableFunc(problems, func(a, b *FieldError) int { return strings.Compare(a.Procedure, b.Procedure) })
 		return nil, &ValidationError{Problems: problems}

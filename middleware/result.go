@@ -519,13 +519,14 @@ func storable(err *Error) bool {
 // a read (or an idempotent capability) failed retryably (or a read at
 // all: a read has no effect to be in doubt about).
 func (x *execution) released(err *Error) bool {
-	return x.attempts == 0 || !x.cap.SideEffect.WriteLike() || (x.cap.Idempotent && err.Retryable)
+	return x.hadNoEffect() || !x.cap.SideEffect.WriteLike() || (x.cap.Idempotent && err.Retryable)
 }
 
 // storeLate stores the result of the execution's last attempt, abandoned
 // at its deadline, once it returned: a completed one or the handler's own
 // answer replaces in doubt; anything else stays in doubt.
 func (x *execution) storeLate(a *attempt, r attemptResult) {
+	r.err, _ = withoutEffect(r.err)
 	v, err := x.settle(a, r)
 	if err != nil && !storable(err) {
 		x.markInDoubt()

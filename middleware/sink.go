@@ -542,5 +542,9 @@ func (s slogSink) HandleEvent(ctx context.Context, e Event) {
 	add(e.Error != "", slog.String("error", e.Error))
 	add(e.Stack != "", slog.String("stack", e.Stack))
 	add(e.ReplayOf != "", slog.String("replay_of", e.ReplayOf))
+	if e.Budget != "" {
+		attrs = append(attrs, slog.String("budget", e.Budget), slog.Int64("amount", e.Amount), slog.Int64("spent", e.Spent), slog.Int64("limit", e.Limit))
+	}
+	add(e.RetryAfter > 0, slog.Duration("retry_after", e.RetryAfter))
 	s.l.LogAttrs(ctx, level, string(e.Type), attrs...)
 }

@@ -3,6 +3,8 @@ package middleware
 import (
 	"encoding/json"
 	"io"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -31,9 +33,19 @@ type snapshotCapability struct {
 	Approval    snapshotApproval `json:"approval"`
 	Exposure    []string         `json:"exposure"`
 	Dedup       string           `json:"dedup"`
+	Budgets     []snapshotBudget `json:"budgets"`
 	Preview     bool             `json:"preview"`
 	ToolName    string           `json:"toolName"`
 	Description string           `json:"description"`
+}
+
+type snapshotBudget struct {
+	Name   string `json:"name"`
+	Limit  int64  `json:"limit"`
+	Window string `json:"window"`
+	Per    string `json:"per"`
+	Amount string `json:"amount"`
+	Over   string `json:"over"`
 }
 
 type snapshotRetry struct {
@@ -63,9 +75,11 @@ type snapshotApproval struct {
 // [{"procedure", "sideEffect", "risk", "idempotent", "streaming",
 // "inline", "timeout", "retry": {"maxRetries", "backoff"}, "approval":
 // {"required", "type", "quorum", "expiresIn"}, "exposure":
-// ["rpc"|"http"|"mcp"], "dedup", "preview", "toolName", "description"}]};
-// "preview" says whether the capability has a Preview, which descriptors
-// cannot carry; durations as Go writes them ("1m30s"), "0s" for none.
+// ["rpc"|"http"|"mcp"], "dedup", "budgets": [{"name", "limit", "window",
+// "per", "amount", "over"}], "preview", "toolName", "description"}]};
+// budgets sorted by name; "preview" says whether the capability has a
+// Preview, which descriptors cannot carry; durations as Go writes them
+// ("1m30s"), "0s" for none.
 func (e *Engine) WriteSnapshot(w io.Writer) error {
 	s := snapshot{Version: snapshotVersion, Policies: []string{}, Capabilities: []snapshotCapability{}}
 	for _, np := range e.cfg.policies {
@@ -94,6 +108,7 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 			Approval:    snapshotApproval{Required: c.Approval.Required, Type: c.Approval.Type, Quorum: quorum, ExpiresIn: duration(c.Approval.ExpiresIn)},
 			Exposure:    exposure,
 			Dedup:       duration(c.Dedup),
+			Budgets:     snapshotBudgets(c.Budgets),
 			Preview:     c.Preview != nil,
 			ToolName:    c.ToolName,
 			Description: c.Description,
@@ -106,3 +121,13 @@ func (e *Engine) WriteSnapshot(w io.Writer) error {
 }
 
 func duration(d time.Duration) string { return d.String() }
+
+// snapshotBudgets lists budgets by name, as the inventory writes them.
+func snapshotBudgets(bs []Budget) []snapshotBudget {
+	out := make([]snapshotBudget, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, snapshotBudget{Name: b.Name, Limit: b.Limit, Window: duration(b.Window), Per: b.Per.String(), Amount: b.Amount, Over: b.Over.String()})
+	}
+	slices.SortFunc(out, func(a, b snapshotBudget) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

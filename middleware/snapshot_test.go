@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/resultstore"
 )
@@ -15,11 +16,15 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
 	reg := middleware.NewRegistry().
 		Register("POST /refunds", middleware.Capability{SideEffect: middleware.SideEffectWrite, Risk: middleware.RiskHigh, Idempotent: true,
 			Retry: middleware.Retry{MaxRetries: 1}, Approval: middleware.Approval{Required: true, Type: "manager", Quorum: 2},
-			Exposure: []middleware.Surface{middleware.SurfaceMCP, middleware.SurfaceHTTP}, Description: "Refund <an> order & more"}).
+			Exposure: []middleware.Surface{middleware.SurfaceMCP, middleware.SurfaceHTTP}, Description: "Refund <an> order & more",
+			Budgets: []middleware.Budget{
+				{Name: "refunds", Limit: 200000, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "/amountCents", Over: middleware.OverRequireApproval},
+				{Name: "calls", Limit: 20, Window: time.Minute, Per: middleware.PerActor},
+			}}).
 		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get", Inline: true})
 	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard),
 		middleware.WithApprovalStore(approvalstore.NewMemory()), middleware.WithResultStore(resultstore.NewMemory()),
-		middleware.WithResultKey(middleware.ResultKey{ID: "k", Key: bytes.Repeat([]byte{7}, 32)}),
+		middleware.WithResultKey(middleware.ResultKey{ID: "k", Key: bytes.Repeat([]byte{7}, 32)}), middleware.WithBudgetStore(budgetstore.NewMemory()),
 		middleware.WithPolicy(always("refund-limit", middleware.Allow())),
 		middleware.WithApprovalCondition(func(context.Context, middleware.ApprovalQuery) (bool, string, error) { return false, "", nil }))
 	if err != nil {
@@ -62,6 +67,7 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
         "http"
       ],
       "dedup": "1m0s",
+      "budgets": [],
       "preview": false,
       "toolName": "get",
       "description": ""
@@ -89,6 +95,24 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
         "mcp"
       ],
       "dedup": "0s",
+      "budgets": [
+        {
+          "name": "calls",
+          "limit": 20,
+          "window": "1m0s",
+          "per": "actor",
+          "amount": "",
+          "over": "deny"
+        },
+        {
+          "name": "refunds",
+          "limit": 200000,
+          "window": "24h0m0s",
+          "per": "person",
+          "amount": "/amountCents",
+          "over": "require_approval"
+        }
+      ],
       "preview": false,
       "toolName": "",
       "description": "Refund <an> order & more"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
@@ -11,7 +12,8 @@ import (
 
 // envelopeJSON is the JSON form of an envelope (net/http bodies, MCP
 // results): {"status","executionId","procedure","attempts","error":{"code",
-// "message","retryable"},"approvalId","approvalUrl","expiresAt","replayed"}.
+// "message","retryable"},"approvalId","approvalUrl","expiresAt","replayed",
+// "retryAfter" (seconds)}.
 type envelopeJSON struct {
 	Status      string             `json:"status"`
 	ExecutionID string             `json:"executionId"`
@@ -22,6 +24,8 @@ type envelopeJSON struct {
 	ApprovalURL string             `json:"approvalUrl,omitempty"`
 	ExpiresAt   *time.Time         `json:"expiresAt,omitempty"`
 	Replayed    bool               `json:"replayed,omitempty"`
+	// RetryAfter is in whole seconds, rounded up, as Retry-After says it.
+	RetryAfter int64 `json:"retryAfter,omitempty"`
 }
 
 type envelopeErrorJSON struct {
@@ -42,6 +46,9 @@ func (env Envelope) MarshalJSON() ([]byte, error) {
 	if e := env.Error; e != nil {
 		out.Error = &envelopeErrorJSON{e.Code, e.Message, e.Retryable}
 	}
+	if env.RetryAfter > 0 {
+		out.RetryAfter = int64((env.RetryAfter + time.Second - 1) / time.Second)
+	}
 	return json.Marshal(out)
 }
 
@@ -59,6 +66,9 @@ func (env *Envelope) UnmarshalJSON(b []byte) error {
 		ApprovalURL: in.ApprovalURL, Replayed: in.Replayed}
 	if in.ExpiresAt != nil {
 		env.ExpiresAt = *in.ExpiresAt
+	}
+	if in.RetryAfter > 0 && in.RetryAfter <= int64(math.MaxInt64/time.Second) {
+		env.RetryAfter = time.Duration(in.RetryAfter) * time.Second
 	}
 	if e := in.Error; e != nil {
 		env.Error = &EnvelopeError{e.Code, e.Message, e.Retryable}

@@ -204,7 +204,7 @@ func TestRedisEngineRunsEachKeyOnce(t *testing.T) {
 // same execution, so a lost reply never costs a second run.
 func TestRedisEngineRunsEachKeyOnceWhenRepliesAreLost(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := startFaultProxy(t, srv.Addr(), 97)
+	proxy := redistest.StartFaultProxy(t, srv.Addr(), 97)
 	// Store construction loads the scripts through the proxy too: load
 	// them first, directly.
 	if _, err := resultstore.NewRedis(srv.Client()); err != nil {

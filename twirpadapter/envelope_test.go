@@ -122,6 +122,8 @@ func TestCodesOnTheWire(t *testing.T) {
 		middleware.CodePolicyDenied:             twirp.PermissionDenied,
 		middleware.CodePolicyUnavailable:        twirp.Unavailable,
 		middleware.CodeIdempotencyQuotaExceeded: twirp.ResourceExhausted,
+		middleware.CodeBudgetExceeded:           twirp.ResourceExhausted,
+		middleware.CodeBudgetUnavailable:        twirp.Unavailable,
 		middleware.CodeApprovalStale:            twirp.FailedPrecondition,
 		middleware.CodePreviewUnavailable:       twirp.Unavailable,
 	}

@@ -2,9 +2,13 @@ package twirpadapter
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
@@ -33,6 +37,10 @@ const (
 	// APPROVAL_PENDING (see middleware.WithApprovalURL).
 	MetaApprovalURL     = "agentsafe_approval_url"
 	MetaApprovalExpires = "agentsafe_approval_expires"
+	// MetaRetryAfter is, on BUDGET_EXCEEDED, the whole seconds (rounded
+	// up) until enough of the budget's window frees; the response also
+	// carries them as the Retry-After header.
+	MetaRetryAfter = "agentsafe_retry_after"
 )
 
 // twirpCodes is the one table between Twirp's error codes and the
@@ -146,5 +154,15 @@ func EnvelopeFromError(err error) (middleware.Envelope, bool) {
 		Attempts:    int32(attempts),
 		ApprovalUrl: twerr.Meta(MetaApprovalURL),
 		ExpiresAt:   twerr.Meta(MetaApprovalExpires),
+		RetryAfter:  retryAfterMeta(twerr.Meta(MetaRetryAfter)),
 	}, twerr.Msg()), true
+}
+
+// retryAfterMeta reads MetaRetryAfter; nil when absent or malformed.
+func retryAfterMeta(v string) *durationpb.Duration {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n > int64(math.MaxInt64/time.Second) {
+		return nil
+	}
+	return durationpb.New(time.Duration(n) * time.Second)
 }

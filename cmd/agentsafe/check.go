@@ -191,6 +191,7 @@ var (
 		"approval.expiresIn": durationRule("approval expiry", widening),
 		"exposure":           typed(compareExposure),
 		"dedup":              typed(compareDedup),
+		"budgets":            typed(compareBudgets),
 		// Removed, an approval is no longer bound to the state its
 		// approver saw: it runs however the state changed since.
 		"preview":     toggle(narrowing, widening, "preview added", "preview removed"),
@@ -404,6 +405,62 @@ func compareDedup(b, c string, add adder) error {
 		add(narrowing, "dedup window %s → %s", show(bd), show(cd))
 	default:
 		add(widening, "dedup window %s → %s", show(bd), show(cd))
+	}
+	return nil
+}
+
+// compareBudgets, by budget name: a budget removed, raised, keyed finer
+// (audience → tenant → person → actor: each key gets the whole limit) or
+// given a shorter window widens, and the reverse narrows; an amount that
+// reads another field cannot be ranked (widens); a deny budget that now
+// escalates to an approval widens (an over-the-limit call may run), the
+// reverse narrows.
+func compareBudgets(b, c []budgetJSON, add adder) error {
+	pers := []string{"audience", "tenant", "person", "actor"} // coarse to fine
+	before := map[string]budgetJSON{}
+	for _, x := range b {
+		before[x.Name] = x
+	}
+	after := map[string]bool{}
+	for _, y := range c {
+		after[y.Name] = true
+		x, ok := before[y.Name]
+		if !ok {
+			add(narrowing, "budget %q added: %d per %s over %s", y.Name, y.Limit, y.Per, y.Window)
+			continue
+		}
+		label := fmt.Sprintf("budget %q", y.Name)
+		ranked(label+" limit", widening, x.Limit, y.Limit, add)
+		bw, cw, err := durations(x.Window, y.Window)
+		if err != nil {
+			return err
+		}
+		ranked(label+" window", narrowing, bw, cw, add)
+		bp, cp := slices.Index(pers, x.Per), slices.Index(pers, y.Per)
+		if bp < 0 || cp < 0 {
+			return fmt.Errorf("budget %q per %q → %q: want actor, person, tenant or audience", y.Name, x.Per, y.Per)
+		}
+		switch {
+		case cp > bp:
+			add(widening, "%s keyed finer, per %s → per %s: each key gets the whole limit", label, x.Per, y.Per)
+		case cp < bp:
+			add(narrowing, "%s keyed coarser, per %s → per %s", label, x.Per, y.Per)
+		}
+		if x.Amount != y.Amount {
+			add(widening, "%s amount %q → %q: what a call spends is read elsewhere, which cannot be ranked", label, x.Amount, y.Amount)
+		}
+		switch {
+		case x.Over == y.Over:
+		case y.Over == "require_approval":
+			add(widening, "%s over its limit %s → %s: a call past it may now run", label, x.Over, y.Over)
+		default:
+			add(narrowing, "%s over its limit %s → %s", label, x.Over, y.Over)
+		}
+	}
+	for _, x := range b {
+		if !after[x.Name] {
+			add(widening, "budget %q removed", x.Name)
+		}
 	}
 	return nil
 }

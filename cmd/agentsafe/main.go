@@ -17,7 +17,8 @@
 // [{"procedure": "/pkg.Service/Method" or a net/http route name,
 // "sideEffect", "risk", "idempotent", "streaming", "inline", "timeout",
 // "retry": {"maxRetries", "backoff"}, "approval": {"required", "type",
-// "quorum", "expiresIn"}, "exposure", "dedup", "toolName",
+// "quorum", "expiresIn"}, "exposure", "dedup", "budgets": [{"name",
+// "limit", "window", "per", "amount", "over"}], "toolName",
 // "description"}]}. Only
 // "procedure" and "sideEffect" are required; durations are Go durations.
 // "policies" names the policies the application installs with
@@ -38,6 +39,10 @@
 //     added or larger retry, a shorter backoff; a longer timeout; inline
 //     turned on (the handler, not the engine, then bounds how long a call
 //     is held); a new exposure; a dedup window shortened or turned off; a removed policy;
+//     a budget removed, raised, keyed finer (audience → tenant → person →
+//     actor: each key gets the whole limit), given a shorter window,
+//     escalating to an approval where it denied, or reading its amount
+//     from another field (it cannot be ranked);
 //     streaming turned on or off (it cannot be ranked); a removed
 //     capability that was write-like or required approval (the inventory
 //     cannot tell a deleted method from one whose declaration was

@@ -212,6 +212,24 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			want: []string{"widening " + notify + " write-like capability removed: if the method is still served, it runs ungoverned"}},
 		{name: "a removed policy", new: func(inv *registryJSON) { inv.Policies = []string{"approval-condition"} },
 			want: []string{`widening - policy "refund-limit" removed`}},
+		{name: "a budget removed", new: func(inv *registryJSON) { capability(inv, "NotifyCustomer").Budgets = nil },
+			want: []string{"widening " + notify + ` budget "emails" removed`}},
+		{name: "a budget raised, keyed finer, given a shorter window", new: func(inv *registryJSON) {
+			capability(inv, "RefundOrder").Budgets[0].Limit = 300000
+			b := &capability(inv, "NotifyCustomer").Budgets[0]
+			b.Per, b.Window = "actor", "30m0s"
+		}, want: []string{
+			"widening " + notify + ` budget "emails" window 1h0m0s → 30m0s`,
+			"widening " + notify + ` budget "emails" keyed finer, per person → per actor: each key gets the whole limit`,
+			"widening " + refund + ` budget "refunds" limit 250000 → 300000`,
+		}},
+		{name: "a budget that reads another amount, or escalates instead of denying", new: func(inv *registryJSON) {
+			capability(inv, "RefundOrder").Budgets[0].Amount = "refund.amount_cents"
+			capability(inv, "NotifyCustomer").Budgets[0].Over = "require_approval"
+		}, want: []string{
+			"widening " + notify + ` budget "emails" over its limit deny → require_approval: a call past it may now run`,
+			"widening " + refund + ` budget "refunds" amount "amount_cents" → "refund.amount_cents": what a call spends is read elsewhere, which cannot be ranked`,
+		}},
 
 		// Narrowing: the reverse.
 		{name: "narrowing: an added approval and a higher quorum", new: func(inv *registryJSON) {
@@ -243,6 +261,19 @@ func TestCheckClassifiesEveryChange(t *testing.T) {
 			inv.Policies = append(inv.Policies, "business-hours")
 		}, want: []string{`narrowing - policy "business-hours" added`,
 			"narrowing " + export + " no longer exposed on mcp", "narrowing " + getOrder + " capability removed"}},
+
+		{name: "narrowing: a budget added, lowered, keyed coarser, with a longer window, denying", new: func(inv *registryJSON) {
+			c := capability(inv, "CancelOrder")
+			c.Budgets = append(c.Budgets, budgetJSON{Name: "cancels", Limit: 5, Window: "24h0m0s", Per: "tenant", Over: "deny"})
+			b := &capability(inv, "RefundOrder").Budgets[0]
+			b.Limit, b.Per, b.Window, b.Over = 100000, "tenant", "48h0m0s", "deny"
+		}, want: []string{
+			"narrowing " + cancelOrder + ` budget "cancels" added: 5 per tenant over 24h0m0s`,
+			"narrowing " + refund + ` budget "refunds" limit 250000 → 100000`,
+			"narrowing " + refund + ` budget "refunds" window 24h0m0s → 48h0m0s`,
+			"narrowing " + refund + ` budget "refunds" keyed coarser, per person → per tenant`,
+			"narrowing " + refund + ` budget "refunds" over its limit require_approval → deny`,
+		}},
 
 		// Neutral.
 		{name: "neutral: a description, a tool name, a new read on rpc/http, the policies' order", new: func(inv *registryJSON) {

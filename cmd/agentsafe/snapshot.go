@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/resultstore"
 	"google.golang.org/protobuf/proto"
@@ -79,11 +80,12 @@ func snapshot(sets []string, registryFile string, w io.Writer) error {
 func newEngine(files *protoregistry.Files, reg *middleware.Registry, policies []string) (*middleware.Engine, error) {
 	opts := []middleware.Option{
 		middleware.WithProtoFiles(files),
-		// Stores, so that gated and deduplicated capabilities validate;
-		// nothing is ever requested, claimed or sealed.
+		// Stores, so that gated, deduplicated and budgeted capabilities
+		// validate; nothing is ever requested, claimed, sealed or spent.
 		middleware.WithApprovalStore(approvalstore.NewMemory()),
 		middleware.WithResultStore(resultstore.NewMemory()),
 		middleware.WithResultKey(middleware.ResultKey{ID: "snapshot", Key: make([]byte, 32)}),
+		middleware.WithBudgetStore(budgetstore.NewMemory()),
 		middleware.WithLogger(slog.New(slog.DiscardHandler)),
 	}
 	for _, name := range policies {
@@ -183,9 +185,20 @@ type capabilityJSON struct {
 	Approval    approvalJSON `json:"approval"`
 	Exposure    []string     `json:"exposure"`
 	Dedup       string       `json:"dedup"`
+	Budgets     []budgetJSON `json:"budgets"`
 	Preview     bool         `json:"preview"`
 	ToolName    string       `json:"toolName"`
 	Description string       `json:"description"`
+}
+
+// budgetJSON is one budget of a capability.
+type budgetJSON struct {
+	Name   string `json:"name"`
+	Limit  int64  `json:"limit"`
+	Window string `json:"window"`
+	Per    string `json:"per"`
+	Amount string `json:"amount"`
+	Over   string `json:"over"`
 }
 
 type retryJSON struct {
@@ -293,6 +306,18 @@ func (c capabilityJSON) capability() (middleware.Capability, error) {
 			bad("exposure %q: want rpc, http or mcp", e)
 		}
 		out.Exposure = append(out.Exposure, s)
+	}
+	for i, b := range c.Budgets {
+		mb := middleware.Budget{Name: b.Name, Limit: b.Limit, Amount: b.Amount, Window: dur(fmt.Sprintf("budgets[%d].window", i), b.Window)}
+		if mb.Per, ok = parseName(b.Per, middleware.PerActor, middleware.PerAudience); !ok {
+			bad("budgets[%d].per %q: want actor, person, tenant or audience", i, b.Per)
+		}
+		if b.Over != "" {
+			if mb.Over, ok = parseName(b.Over, middleware.OverDeny, middleware.OverRequireApproval); !ok {
+				bad("budgets[%d].over %q: want deny or require_approval", i, b.Over)
+			}
+		}
+		out.Budgets = append(out.Budgets, mb)
 	}
 	return out, errors.Join(problems...)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,18 @@ type report struct {
 	StaleAsk, Stale, FreshAsk, Fresh, FreshAgain result
 	StaleText, FreshText                         string
 	StaleRefunds                                 [2]int
+	// Loop is carol's agent refunding 400.00 EUR orders in a loop until the
+	// refunds budget stops it: Escalated is the refund that would pass the
+	// budget and waits for a manager, Overdraft its approved resume.
+	// Emails are her agent's emails, the last refused by the emails budget
+	// with EmailsRetryAfter, the Retry-After the wire carried.
+	Loop                 []result
+	Escalated            result
+	EscalationReason     string
+	Overdraft            result
+	Emails               []result
+	EmailsRetryAfter     time.Duration
+	RefundsLeft, Emailed int64
 }
 
 // approver decides approvals: automatically as the manager, or by waiting
@@ -185,7 +198,64 @@ func (a *scriptedAgent) run(ctx context.Context, approve approver) (report, erro
 	if err := a.inventory(ctx, &r); err != nil {
 		return r, err
 	}
+
+	if err := a.budgets(ctx, &r, approve); err != nil {
+		return r, err
+	}
 	return r, nil
+}
+
+// budgets plays an agent working for carol that loops: refunds of 400.00
+// EUR, none over the approval threshold, until the refunds budget (2,500.00
+// EUR a day per person) would pass its limit and the next refund waits for
+// a manager; then emails, until the emails budget (3 an hour per person)
+// refuses with Retry-After.
+func (a *scriptedAgent) budgets(ctx context.Context, r *report, approve approver) error {
+	carol := ordersv1connect.NewOrderServiceClient(http.DefaultClient, a.s.url, connect.WithInterceptors(bearer("carol-agent-token")))
+	a.title("11. An agent loops small refunds for carol: none over the approval threshold, together past the refunds budget")
+	for _, order := range []string{"51", "52", "53", "54", "55", "56", "57"} {
+		req := &ordersv1.RefundOrderRequest{OrderId: order, AmountCents: 400_00, Reason: "goodwill"}
+		res := a.show(unary(ctx, carol.RefundOrder, req, ""))
+		if res.Code == middleware.CodeOK {
+			r.Loop = append(r.Loop, res)
+			continue
+		}
+		r.Escalated = res
+		if res.ApprovalID == "" {
+			return fmt.Errorf("the loop's refund of order %s ended %s, not in an approval", order, res.Code)
+		}
+		rec, err := a.s.eng.Get(ctx, res.ApprovalID)
+		if err != nil {
+			return err
+		}
+		r.EscalationReason = strings.Join(rec.Reasons, "; ")
+		fmt.Fprintf(a.out, "   the budget stopped the loop: the refund waits for a manager, who sees: %s\n", r.EscalationReason)
+		if err := approve(ctx, res.ApprovalID); err != nil {
+			return err
+		}
+		a.title("   ...approved, the refund runs past the limit: an overdraft, recorded as one")
+		r.Overdraft = a.show(unary(ctx, carol.RefundOrder, req, res.ApprovalID))
+		break
+	}
+	left, err := a.s.eng.Budget(ctx, "refunds", carolsAgent)
+	if err != nil {
+		return err
+	}
+	r.RefundsLeft = left
+	fmt.Fprintf(a.out, "   Engine.Budget: %s left of carol's refunds today\n", orders.Money(left))
+
+	a.title("12. Her agent emails each customer: the emails budget refuses the 4th, with when to try again")
+	for _, order := range []string{"51", "52", "53", "54"} {
+		res, env, err := unary(ctx, carol.NotifyCustomer, &ordersv1.NotifyCustomerRequest{OrderId: order, Message: "A goodwill refund is on its way."}, "")
+		r.Emails = append(r.Emails, a.show(res, env, err))
+		if env.Error != nil && env.Error.Code == middleware.CodeBudgetExceeded {
+			r.EmailsRetryAfter = env.RetryAfter
+			fmt.Fprintf(a.out, "   Retry-After: %.0f seconds\n", env.RetryAfter.Seconds())
+		}
+	}
+	left, err = a.s.eng.Budget(ctx, "emails", carolsAgent)
+	r.Emailed = 3 - left
+	return err
 }
 
 // stale asks for a refund of order 77, which the manager approves as its

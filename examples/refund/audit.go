@@ -39,6 +39,12 @@ func print(w io.Writer, events []middleware.Event) {
 		if e.Type == middleware.EventAbandonedResult {
 			fmt.Fprintf(&b, " succeeded=%t", e.Succeeded)
 		}
+		if e.Budget != "" {
+			fmt.Fprintf(&b, " budget=%s amount=%d spent=%d limit=%d", e.Budget, e.Amount, e.Spent, e.Limit)
+		}
+		if e.RetryAfter > 0 {
+			fmt.Fprintf(&b, " retryAfter=%s", e.RetryAfter)
+		}
 		fmt.Fprintln(w, b.String())
 	}
 }

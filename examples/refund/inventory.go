@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1/ordersv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
 )
@@ -80,7 +81,7 @@ func widenedInventory(eng *middleware.Engine) ([]byte, error) {
 	cancel.Exposure = []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceHTTP, middleware.SurfaceMCP}
 	widened, err := newEngine(middleware.NewRegistry().Register(ordersv1connect.OrderServiceCancelOrderProcedure, cancel), approvalstore.NewMemory(),
 		middleware.WithPreview(ordersv1connect.OrderServiceRefundOrderProcedure, refund.Preview), // unchanged
-		middleware.WithLogger(slog.New(slog.DiscardHandler)))
+		middleware.WithBudgetStore(budgetstore.NewMemory()), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, err
 	}

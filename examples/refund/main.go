@@ -27,14 +27,15 @@ import (
 
 	"github.com/agentsafe/agentsafe/agentsafepg"
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/store"
 	"github.com/agentsafe/agentsafe/resultstore"
 )
 
 func main() {
-	redisURL := flag.String("redis", "", "keep approvals and stored results in Redis at this URL (redis://host:port/db) instead of in memory")
-	postgresURL := flag.String("postgres", "", "keep approvals, stored results and a strict audit trail in PostgreSQL at this URL (postgres://user@host:port/db); the schema agentsafe is created if missing")
+	redisURL := flag.String("redis", "", "keep approvals, stored results and budgets in Redis at this URL (redis://host:port/db) instead of in memory")
+	postgresURL := flag.String("postgres", "", "keep approvals, stored results, budgets and a strict audit trail in PostgreSQL at this URL (postgres://user@host:port/db); the schema agentsafe is created if missing")
 	serve := flag.Bool("serve", false, "keep serving on -addr for manual calls instead of running the scripted agent")
 	console := flag.Bool("console", false, "wait for a person to approve in the approval console instead of approving automatically")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve on with -serve or -console")
@@ -54,11 +55,13 @@ func main() {
 // URL is given; and where the audit trail goes as JSON Lines, if anywhere.
 type storeConfig struct{ redis, postgres, audit string }
 
-// stores is where approvals and results live, the engine options that go
-// with them (a strict audit sink in PostgreSQL), and how to close them.
+// stores is where approvals, results and budgets live, the engine
+// options that go with them (a strict audit sink in PostgreSQL), and how
+// to close them.
 type stores struct {
 	approvals store.ApprovalStore
 	results   store.ResultStore
+	budgets   store.BudgetStore
 	opts      []middleware.Option
 	close     func()
 }
@@ -77,7 +80,7 @@ func run(where storeConfig, serve, console bool, addr string, out io.Writer) (er
 		}
 		opts = append(opts[:len(opts):len(opts)], trail.option(where.postgres == ""))
 	}
-	s, err := newServer(st.approvals, st.results, opts...)
+	s, err := newServer(st, opts...)
 	if err != nil {
 		if trail != nil {
 			trail.close(nil)
@@ -115,8 +118,8 @@ func run(where storeConfig, serve, console bool, addr string, out io.Writer) (er
 	return err
 }
 
-// openStores opens the approval and result stores: in memory, both in
-// Redis, or both in PostgreSQL. It never falls back to memory silently.
+// openStores opens the approval, result and budget stores: in memory, all
+// in Redis, or all in PostgreSQL. It never falls back to memory silently.
 func openStores(where storeConfig) (stores, error) {
 	switch {
 	case where.redis != "":
@@ -124,7 +127,12 @@ func openStores(where storeConfig) (stores, error) {
 	case where.postgres != "":
 		return openPostgres(where.postgres)
 	}
-	return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), close: func() {}}, nil
+	return inMemory(), nil
+}
+
+// inMemory is every store in this process: the demo's default.
+func inMemory() stores {
+	return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory(), budgets: budgetstore.NewMemory(), close: func() {}}
 }
 
 func openRedis(url string) (stores, error) {
@@ -143,7 +151,12 @@ func openRedis(url string) (stores, error) {
 		client.Close()
 		return stores{}, fmt.Errorf("-redis: %w", err)
 	}
-	return stores{approvals: approvals, results: results, close: func() { client.Close() }}, nil
+	budgets, err := budgetstore.NewRedis(client)
+	if err != nil {
+		client.Close()
+		return stores{}, fmt.Errorf("-redis: %w", err)
+	}
+	return stores{approvals: approvals, results: results, budgets: budgets, close: func() { client.Close() }}, nil
 }
 
 // openPostgres keeps approvals and results in PostgreSQL, with the audit
@@ -171,6 +184,10 @@ func openPostgres(url string) (stores, error) {
 	if err != nil {
 		return fail(err)
 	}
+	budgets, err := agentsafepg.NewBudgetStore(pool)
+	if err != nil {
+		return fail(err)
+	}
 	audit, err := agentsafepg.NewAuditSink(pool)
 	if err != nil {
 		return fail(err)
@@ -181,7 +198,7 @@ func openPostgres(url string) (stores, error) {
 		_ = audit.Close(ctx) // once the write in progress has ended
 		pool.Close()
 	}
-	return stores{approvals: approvals, results: results, opts: []middleware.Option{middleware.WithAuditSink(audit)}, close: closeAll}, nil
+	return stores{approvals: approvals, results: results, budgets: budgets, opts: []middleware.Option{middleware.WithAuditSink(audit)}, close: closeAll}, nil
 }
 
 // autoApprove plays the manager: it decides through the engine, as an

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	"github.com/agentsafe/agentsafe/internal/pgtest"
 	"github.com/agentsafe/agentsafe/internal/redistest"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -33,9 +34,7 @@ import (
 // -postgres the audit trail is in PostgreSQL too.
 func TestStory(t *testing.T) {
 	for name, open := range map[string]func(t *testing.T) stores{
-		"memory": func(*testing.T) stores {
-			return stores{approvals: approvalstore.NewMemory(), results: resultstore.NewMemory()}
-		},
+		"memory": func(*testing.T) stores { return inMemory() },
 		"redis": func(t *testing.T) stores {
 			rdb := redistest.Start(t).Client()
 			approvals, err := approvalstore.NewRedis(rdb)
@@ -46,7 +45,11 @@ func TestStory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return stores{approvals: approvals, results: results}
+			budgets, err := budgetstore.NewRedis(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return stores{approvals: approvals, results: results, budgets: budgets}
 		},
 		"postgres": func(t *testing.T) stores {
 			srv := pgtest.Start(t)
@@ -63,7 +66,7 @@ func TestStory(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := open(t)
-			s, err := newServer(st.approvals, st.results, st.opts...)
+			s, err := newServer(st, st.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -179,13 +182,46 @@ func checkStory(t *testing.T, r report) {
 	if r.CheckExit != 1 || !strings.Contains(r.Check, "widening  /orders.v1.OrderService/CancelOrder  exposed on mcp") || !strings.Contains(r.Check, "1 widening, 0 narrowing, 0 neutral") {
 		t.Errorf("check exited %d:\n%s", r.CheckExit, r.Check)
 	}
+	// 11. Carol's loop: six refunds of 400.00 fit her 2,500.00 a day; the
+	// seventh would pass it and waits for a manager, the reason naming the
+	// budget; approved, it runs as an overdraft, on the started event too.
+	if len(r.Loop) != 6 || r.Escalated.Code != middleware.CodeApprovalRequired || len(r.Escalated.Runs) != 0 ||
+		!hasEvent(r.Escalated.Events, middleware.EventBudgetExceeded) {
+		t.Errorf("the loop: %d refunds, then %+v", len(r.Loop), r.Escalated)
+	}
+	for _, want := range []string{`budget "refunds"`, "spends 40000", "240000 of its limit of 250000"} {
+		if !strings.Contains(r.EscalationReason, want) {
+			t.Errorf("the escalated approval's reason %q lacks %q", r.EscalationReason, want)
+		}
+	}
+	if r.Overdraft.Code != middleware.CodeOK || len(r.Overdraft.Runs) != 1 || r.RefundsLeft != -300_00 {
+		t.Errorf("the approved overdraft: %+v, %d left", r.Overdraft, r.RefundsLeft)
+	}
+	if i := slices.IndexFunc(r.Overdraft.Events, func(e middleware.Event) bool { return e.Type == middleware.EventStarted }); i < 0 ||
+		r.Overdraft.Events[i].Budget != "refunds" || r.Overdraft.Events[i].Spent != 2_800_00 || r.Overdraft.Events[i].Limit != 2_500_00 {
+		t.Errorf("the overdraft's started event must show 2800.00 spent of 2500.00: %+v", r.Overdraft.Events)
+	}
+	// 12. Her emails: three sent, the fourth refused with Retry-After.
+	if len(r.Emails) != 4 || r.Emails[3].Code != middleware.CodeBudgetExceeded || len(r.Emails[3].Runs) != 0 ||
+		r.EmailsRetryAfter <= 59*time.Minute || r.EmailsRetryAfter > time.Hour || r.Emailed != 3 {
+		t.Errorf("emails: %+v, Retry-After %s, %d emailed", r.Emails, r.EmailsRetryAfter, r.Emailed)
+	}
+	for _, e := range r.Emails[:3] {
+		if e.Code != middleware.CodeOK {
+			t.Errorf("an email within the budget: %+v", e)
+		}
+	}
+	if !hasEvent(r.Emails[3].Events, middleware.EventBudgetExceeded) {
+		t.Errorf("the refused email's trail lacks capability.budget_exceeded: %+v", r.Emails[3].Events)
+	}
 }
 
 // checkPostgresTrail checks that the strict audit sink kept the story's
-// trail (every execution starts with capability.requested, and each of
-// the three approvals that ran, the Connect refunds' and the MCP refund's,
-// was consumed once) and that the keyed refund's result is
-// stored in PostgreSQL.
+// trail (every execution starts with capability.requested, each of the
+// four approvals that ran, the Connect refunds', the MCP refund's and
+// carol's overdraft's, was consumed once, and the budgets the story
+// exceeds are there) and that the keyed refund's result and the budgets
+// are stored in PostgreSQL.
 func checkPostgresTrail(t *testing.T, url string) {
 	t.Helper()
 	ctx := context.Background()
@@ -194,14 +230,22 @@ func checkPostgresTrail(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var executions, requested, consumed int
+	var executions, requested, consumed, exceeded int
 	err = conn.QueryRow(ctx, `SELECT count(DISTINCT execution_id), count(*) FILTER (WHERE type = 'capability.requested'),
-		count(*) FILTER (WHERE type = 'capability.approval_consumed') FROM agentsafe.audit_events`).Scan(&executions, &requested, &consumed)
+		count(*) FILTER (WHERE type = 'capability.approval_consumed'), count(*) FILTER (WHERE type = 'capability.budget_exceeded')
+		FROM agentsafe.audit_events`).Scan(&executions, &requested, &consumed, &exceeded)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if executions == 0 || requested != executions || consumed != 3 {
-		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions; want one requested per execution and three consumptions", executions, requested, consumed)
+	if executions == 0 || requested != executions || consumed != 4 || exceeded < 3 {
+		t.Errorf("the audit trail in PostgreSQL: %d executions, %d requested events, %d consumptions, %d budgets exceeded; want one requested per execution, four consumptions, and the budgets the story exceeds", executions, requested, consumed, exceeded)
+	}
+	var reservations int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM agentsafe.budget_reservations`).Scan(&reservations); err != nil {
+		t.Fatal(err)
+	}
+	if reservations == 0 {
+		t.Error("the budgets must be kept in PostgreSQL")
 	}
 	var done int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM agentsafe.results WHERE state = 'done'`).Scan(&done); err != nil {
@@ -227,7 +271,7 @@ var update = flag.Bool("update", false, "rewrite the committed inventory")
 // as it is now (go test -update rewrites it); the drift gate compares
 // changes against it.
 func TestTheInventoryIsCommitted(t *testing.T) {
-	s, err := newServer(approvalstore.NewMemory(), resultstore.NewMemory())
+	s, err := newServer(inMemory())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsafe/agentsafe/approvalstore"
 	"github.com/agentsafe/agentsafe/middleware"
-	"github.com/agentsafe/agentsafe/resultstore"
 )
 
 // startedExports reports the execution id of every ExportReport as it
@@ -31,7 +29,7 @@ func (c startedExports) Record(_ context.Context, e middleware.Event) error {
 // mcpServer serves the demo on a free port, with more engine options.
 func mcpServer(t *testing.T, opts ...middleware.Option) *server {
 	t.Helper()
-	s, err := newServer(approvalstore.NewMemory(), resultstore.NewMemory(), opts...)
+	s, err := newServer(inMemory(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

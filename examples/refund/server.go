@@ -25,9 +25,12 @@ import (
 // The demo's identities. A real service verifies tokens; the actor always
 // comes from verified credentials, never from the request body.
 var (
-	agent   = middleware.Actor{ID: "support-agent-7", Tenant: "shop", Kind: "agent", OnBehalfOf: []string{"alice"}}
-	manager = middleware.Actor{ID: "manager-bob", Tenant: "shop", Kind: "user"}
-	tokens  = map[string]middleware.Actor{"agent-token": agent}
+	agent = middleware.Actor{ID: "support-agent-7", Tenant: "shop", Kind: "agent", OnBehalfOf: []string{"alice"}}
+	// carolsAgent is the same agent, working for carol: budgets per person
+	// count her calls apart from alice's.
+	carolsAgent = middleware.Actor{ID: "support-agent-7", Tenant: "shop", Kind: "agent", OnBehalfOf: []string{"carol"}}
+	manager     = middleware.Actor{ID: "manager-bob", Tenant: "shop", Kind: "user"}
+	tokens      = map[string]middleware.Actor{"agent-token": agent, "carol-agent-token": carolsAgent}
 	// managers log in to the console with basic auth (demo credentials).
 	managers = map[string]middleware.Actor{"bob": manager}
 )
@@ -45,18 +48,20 @@ type server struct {
 	http    *http.Server
 }
 
-// newServer builds the service on an approval store and a result store
-// (where the results of calls carrying an Idempotency-Key are kept, so
-// that a repeat is replayed rather than run again); opts add to the
-// engine's options (a strict audit sink, with -postgres).
-func newServer(approvals store.ApprovalStore, results store.ResultStore, opts ...middleware.Option) (*server, error) {
+// newServer builds the service on its stores: approvals, results (where
+// the results of calls carrying an Idempotency-Key are kept, so that a
+// repeat is replayed rather than run again) and budgets (what refunds and
+// emails have spent); opts add to the engine's options (a strict audit
+// sink, with -postgres).
+func newServer(st stores, opts ...middleware.Option) (*server, error) {
 	s := &server{svc: orders.New(), audit: &agentsafetest.Recorder{}}
 	key, err := resultKey()
 	if err != nil {
 		return nil, err
 	}
-	eng, err := newEngine(nil, approvals, append([]middleware.Option{ // the capabilities are the method options in orders.proto
-		middleware.WithResultStore(results),
+	eng, err := newEngine(nil, st.approvals, append([]middleware.Option{ // the capabilities are the method options in orders.proto
+		middleware.WithResultStore(st.results),
+		middleware.WithBudgetStore(st.budgets),
 		middleware.WithResultKey(key), // stored responses are sealed with it
 		middleware.WithEventSink(s.audit),
 		middleware.WithEventSink(&s.replays),
@@ -229,10 +234,13 @@ func call[Req, Res any](ctx context.Context, req *connect.Request[Req], f func(c
 	case errors.Is(err, orders.ErrTransient):
 		return nil, connect.NewError(connect.CodeUnavailable, err) // transient: retried where the capability allows
 	case errors.Is(err, orders.ErrAlreadyRefunded):
-		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		// A refusal that had no effect: what it reserved on the refunds
+		// budget is given back.
+		return nil, middleware.NoEffect(connect.NewError(connect.CodeFailedPrecondition, err))
 	case errors.Is(err, orders.ErrOrderChanged):
 		// The conditional write found the order changed: nothing was
-		// refunded, and the approval goes back (NoEffect).
+		// refunded, the approval goes back and so does what the refund
+		// reserved on its budget (NoEffect).
 		return nil, middleware.NoEffect(connect.NewError(connect.CodeAborted, err))
 	case errors.Is(err, orders.ErrNotFound):
 		return nil, connect.NewError(connect.CodeNotFound, err)

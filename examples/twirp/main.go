@@ -14,6 +14,7 @@ import (
 	"os"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
+	"github.com/agentsafe/agentsafe/budgetstore"
 	ordersv1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 	"github.com/agentsafe/agentsafe/examples/internal/orders"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -30,7 +31,8 @@ func main() {
 
 func run() error {
 	eng, err := middleware.New(nil, // the method options of orders.proto
-		middleware.WithApprovalStore(approvalstore.NewMemory())) // its CancelOrder needs approvals
+		middleware.WithApprovalStore(approvalstore.NewMemory()), // its CancelOrder needs approvals
+		middleware.WithBudgetStore(budgetstore.NewMemory()))     // its refunds and emails have budgets
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,10 @@ const (
 	ApproverTenant
 	Attempt
 	Attempts
+	Budget
+	BudgetAmount
+	BudgetLimit
+	BudgetSpent
 	Chain
 	ChainSeq
 	Code
@@ -42,6 +46,7 @@ const (
 	Procedure
 	Reason
 	ReplayOf
+	RetryAfterUS
 	Retryable
 	Risk
 	SideEffect
@@ -76,6 +81,10 @@ var fields = [numFields]struct {
 	ApproverTenant:    {"approver_tenant", kString},
 	Attempt:           {"attempt", kInt},
 	Attempts:          {"attempts", kInt},
+	Budget:            {"budget", kString},
+	BudgetAmount:      {"budget_amount", kInt},
+	BudgetLimit:       {"budget_limit", kInt},
+	BudgetSpent:       {"budget_spent", kInt},
 	Chain:             {"chain", kString},
 	ChainSeq:          {"chain_seq", kInt},
 	Code:              {"code", kString},
@@ -89,6 +98,7 @@ var fields = [numFields]struct {
 	Procedure:         {"procedure", kString},
 	Reason:            {"reason", kString},
 	ReplayOf:          {"replay_of", kString},
+	RetryAfterUS:      {"retry_after_us", kInt},
 	Retryable:         {"retryable", kBool},
 	Risk:              {"risk", kString},
 	SideEffect:        {"side_effect", kString},
@@ -130,7 +140,7 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z"
 // absent or holding a value, in the form it is read back (times at
 // microsecond precision, strings as stored).
 type Record struct {
-	set  uint32
+	set  uint64
 	strs [numFields]string
 	ints [numFields]int64
 	time time.Time
@@ -281,9 +291,30 @@ func (r *Record) setEvent(e middleware.Event) {
 	r.setNonEmpty(Error, text("error", e.Error))
 	r.setNonEmpty(ReplayOf, id("replay_of", e.ReplayOf))
 	r.setNonEmpty(Stack, m.Text("stack", e.Stack, storable.StackMax))
+	if e.Budget != "" {
+		r.SetString(Budget, id("budget", e.Budget))
+		r.SetInt(BudgetAmount, exactInt(&m, "budget_amount", e.Amount))
+		r.SetInt(BudgetSpent, exactInt(&m, "budget_spent", e.Spent))
+		r.SetInt(BudgetLimit, exactInt(&m, "budget_limit", e.Limit))
+	}
+	if us := e.RetryAfter / time.Microsecond; us != 0 {
+		r.SetInt(RetryAfterUS, int64(us))
+	}
 	if len(m) > 0 {
 		r.SetStrings(Altered, m)
 	}
+}
+
+// exactInt is n within ±(2^53−1), the integers RFC 8785 writes exactly
+// (a JSON number is a double), noting field as clamped in m when it was
+// not: a budget's amounts are int64.
+func exactInt(m *storable.Marks, field string, n int64) int64 {
+	const most = 1<<53 - 1
+	if n > most || n < -most {
+		*m = append(*m, field+":clamped")
+		return max(min(n, most), -most)
+	}
+	return n
 }
 
 // clampInt32 is n within int32, as PostgreSQL's integer holds it: counts

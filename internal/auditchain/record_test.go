@@ -97,6 +97,20 @@ func TestFromEventStoresWhatPostgreSQLReadsBack(t *testing.T) {
 	if !rec.Has(Succeeded) {
 		t.Error("succeeded is absent on abandoned_result")
 	}
+	// A budget's fields come together, with the budget; a Retry-After in
+	// microseconds; an amount no JSON number holds exactly is clamped.
+	e = middleware.Event{Type: middleware.EventBudgetExceeded, Time: at, ExecutionID: "exe_2", Procedure: "/p.S/M",
+		Budget: "refunds", Amount: 0, Spent: 1 << 60, Limit: 200000, RetryAfter: 90*time.Minute + 999}
+	rec = FromEvent(e)
+	got = string(rec.AppendCanonical(nil))
+	want = `{"altered":["budget_spent:clamped"],"budget":"refunds","budget_amount":0,"budget_limit":200000,"budget_spent":9007199254740991,` +
+		`"execution_id":"exe_2","procedure":"/p.S/M","retry_after_us":5400000000,"risk":"low","time":"2026-12-03T09:15:00.123456Z","type":"capability.budget_exceeded"}`
+	if got != want {
+		t.Errorf("the record is\n%s\nwant\n%s", got, want)
+	}
+	if rec = FromEvent(middleware.Event{Type: middleware.EventStarted, Amount: 5}); rec.Has(BudgetAmount) || rec.Has(RetryAfterUS) {
+		t.Error("a record without a budget has budget fields")
+	}
 }
 
 // sealLines seals n random records (and a checkpoint after every third)

@@ -4,7 +4,9 @@
 // what the sink hashes and what the verifier recomputes cannot drift.
 //
 // A record's fields are columns of the same names ("time" is at,
-// "duration_us" the interval duration); an absent field is NULL. The
+// "duration_us" the interval duration, "retry_after_us" the interval
+// retry_after; the budget columns come with migration 0009); an absent
+// field is NULL. The
 // columns the database fills in (seq, recorded_at) are not part of the
 // record; seq is the insertion order the verifier holds each chain to.
 package auditpg
@@ -29,8 +31,12 @@ var textColumns = []auditchain.Field{
 	auditchain.Type, auditchain.ExecutionID, auditchain.Procedure, auditchain.ActorID, auditchain.ActorTenant,
 	auditchain.InputDigest, auditchain.SideEffect, auditchain.Risk, auditchain.PreviousErrorCode, auditchain.Code,
 	auditchain.ApprovalID, auditchain.ApproverID, auditchain.ApproverTenant, auditchain.Comment, auditchain.Reason,
-	auditchain.Error, auditchain.Stack, auditchain.ReplayOf, auditchain.Chain,
+	auditchain.Error, auditchain.Stack, auditchain.ReplayOf, auditchain.Budget, auditchain.Chain,
 }
+
+// bigintColumns are the bigint columns of a record's fields, in the
+// order of the insert's arrays and of the select.
+var bigintColumns = []auditchain.Field{auditchain.BudgetAmount, auditchain.BudgetSpent, auditchain.BudgetLimit}
 
 // column is the column a field is stored in.
 func column(f auditchain.Field) string {
@@ -39,6 +45,8 @@ func column(f auditchain.Field) string {
 		return "at"
 	case auditchain.DurationUS:
 		return "duration"
+	case auditchain.RetryAfterUS:
+		return "retry_after"
 	}
 	return f.Name()
 }
@@ -81,6 +89,10 @@ var insertSQL = func() string {
 	// A row's altered fields, joined by commas (a field's name has none):
 	// arrays of arrays must all be of one length in PostgreSQL.
 	add("altered", "text")
+	for _, f := range bigintColumns {
+		add(column(f), "bigint")
+	}
+	add("retry_after", "interval")
 	return "INSERT INTO agentsafe.audit_events (" + cols + ")\nSELECT " + sel + "\nFROM unnest(" + from +
 		") WITH ORDINALITY AS r(" + names + ", n)\nORDER BY r.n"
 }()
@@ -106,7 +118,12 @@ func Insert(ctx context.Context, db Execer, sealed []auditchain.Sealed) error {
 		prevs, hashes        = make([]string, n), make([]string, n)
 		sigs                 = make([][]byte, n)
 		altered              = make([]pgtype.Text, n)
+		bigints              = make([][]pgtype.Int8, len(bigintColumns))
+		retryAfters          = make([]pgtype.Interval, n)
 	)
+	for i := range bigints {
+		bigints[i] = make([]pgtype.Int8, n)
+	}
 	for i := range sealed {
 		r := sealed[i].Record
 		for c, f := range textColumns {
@@ -125,12 +142,20 @@ func Insert(ctx context.Context, db Execer, sealed []auditchain.Sealed) error {
 		if r.Has(auditchain.Altered) {
 			altered[i] = pgtype.Text{String: strings.Join(r.Strings(auditchain.Altered), ","), Valid: true}
 		}
+		for c, f := range bigintColumns {
+			bigints[c][i] = pgtype.Int8{Int64: r.Int(f), Valid: r.Has(f)}
+		}
+		retryAfters[i] = pgtype.Interval{Microseconds: r.Int(auditchain.RetryAfterUS), Valid: r.Has(auditchain.RetryAfterUS)}
 	}
-	args := make([]any, 0, len(textColumns)+10)
+	args := make([]any, 0, len(textColumns)+len(bigintColumns)+12)
 	for _, t := range texts {
 		args = append(args, t)
 	}
 	args = append(args, ats, attempt, attempts, retryable, succeeded, durations, seqs, prevs, hashes, sigs, altered)
+	for _, b := range bigints {
+		args = append(args, b)
+	}
+	args = append(args, retryAfters)
 	_, err := db.Exec(ctx, insertSQL, args...)
 	return err
 }

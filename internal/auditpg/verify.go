@@ -23,12 +23,16 @@ var selectSQL = selectFrom("agentsafe.audit_events") + " ORDER BY chain, chain_s
 
 // selectFrom is the select list of a record, from table.
 func selectFrom(table string) string {
-	var cols []string
+	var cols, ints []string
 	for _, f := range textColumns {
 		cols = append(cols, column(f))
 	}
+	for _, f := range bigintColumns {
+		ints = append(ints, column(f))
+	}
 	return "SELECT seq, " + strings.Join(cols, ", ") +
-		", at, attempt, attempts, retryable, succeeded, duration, chain_seq, prev, hash, signature, altered FROM " + table
+		", at, attempt, attempts, retryable, succeeded, duration, chain_seq, prev, hash, signature, altered, " +
+		strings.Join(ints, ", ") + ", retry_after FROM " + table
 }
 
 // Verify feeds v every record of the table, then checks the approval and
@@ -88,12 +92,18 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 		hash      pgtype.Text
 		signature []byte
 		altered   []string
+		bigints   = make([]pgtype.Int8, len(bigintColumns))
+		retry     pgtype.Interval
 	)
 	dest := []any{&pos}
 	for i := range texts {
 		dest = append(dest, &texts[i])
 	}
 	dest = append(dest, &at, &attempt, &attempts, &retryable, &succeeded, &duration, &chainSeq, &prev, &hash, &signature, &altered)
+	for i := range bigints {
+		dest = append(dest, &bigints[i])
+	}
+	dest = append(dest, &retry)
 	var buf []byte
 	chainAt := len(textColumns) - 1 // Chain is the last text column
 	for rows.Next() {
@@ -130,7 +140,15 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 			r.SetStrings(auditchain.Altered, append([]string{}, altered...))
 		}
 		if duration.Valid {
-			r.SetInt(auditchain.DurationUS, int64(duration.Months)*30*86400e6+int64(duration.Days)*86400e6+duration.Microseconds)
+			r.SetInt(auditchain.DurationUS, micros(duration))
+		}
+		for i, f := range bigintColumns {
+			if bigints[i].Valid {
+				r.SetInt(f, bigints[i].Int64)
+			}
+		}
+		if retry.Valid {
+			r.SetInt(auditchain.RetryAfterUS, micros(retry))
 		}
 		if chainSeq.Valid && chainSeq.Int64 > 0 {
 			e.Seq = uint64(chainSeq.Int64)
@@ -167,6 +185,11 @@ func Read(ctx context.Context, conn Queryer, where string, fn func(auditchain.En
 		return fmt.Errorf("read agentsafe.audit_events: %w", err)
 	}
 	return nil
+}
+
+// micros is an interval in microseconds, a month taken as 30 days.
+func micros(i pgtype.Interval) int64 {
+	return int64(i.Months)*30*86400e6 + int64(i.Days)*86400e6 + i.Microseconds
 }
 
 // CrossCheck reports every approval decided, consumed or given an

@@ -63,6 +63,14 @@ type Input interface {
 	Digest(procedure string) (string, error)
 }
 
+// AmountReader is implemented by the inputs that can read the amount a
+// call spends against a budget: path is a dotted path of protobuf field
+// names for a message, a JSON Pointer for a JSON document. Its error
+// wraps amount.ErrAmount when the input has no such amount.
+type AmountReader interface {
+	Amount(path string) (int64, error)
+}
+
 // The canonical RPC codes the engine's rules read.
 const (
 	CodeCanceled         = 1

@@ -28,7 +28,7 @@ var frameworks = []string{
 
 var adapters = []string{"connectadapter", "twirpadapter", "nethttpadapter", "grpcadapter", "mcpadapter"}
 
-var stores = []string{"approvalstore", "resultstore", "agentsafepg"}
+var stores = []string{"approvalstore", "resultstore", "budgetstore", "agentsafepg"}
 
 // wall is one rule: packages matching who must not depend on any package
 // matching what (directly or not, per transitive), except those allowed.
@@ -96,7 +96,7 @@ var walls = []wall{
 		},
 	},
 	{
-		rule: "only agentsafepg (and the audit trail's PostgreSQL columns, and the command that verifies them) links pgx: importing approvalstore, resultstore or auditlog never does",
+		rule: "only agentsafepg (and the audit trail's PostgreSQL columns, and the command that verifies them) links pgx: importing approvalstore, resultstore, budgetstore or auditlog never does",
 		who: func(p string) bool {
 			return !under("agentsafepg")(p) && !under("internal/pgtest")(p) && !under("internal/auditpg")(p) &&
 				!under("cmd/agentsafe")(p) && !under("examples")(p)

@@ -1,8 +1,10 @@
 package adapter
 
 import (
+	"fmt"
 	"net/http"
 
+	"github.com/agentsafe/agentsafe/internal/amount"
 	"github.com/agentsafe/agentsafe/internal/digest"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,6 +34,9 @@ func (j jsonInput) Digest(procedure string) (string, error) { return digest.JSON
 
 func (j jsonInput) JSON() ([]byte, error) { return j, nil }
 
+// Amount reads a budget's amount at the JSON Pointer p.
+func (j jsonInput) Amount(p string) (int64, error) { return amount.JSON(j, p) }
+
 // ProtoInput binds a protobuf message through protojson with pinned
 // options, then its canonical JSON form. Messages with unknown fields cannot
 // be bound.
@@ -42,6 +47,9 @@ type protoInput struct{ m proto.Message }
 func (p protoInput) Digest(procedure string) (string, error) { return digest.Proto(procedure, p.m) }
 
 func (p protoInput) JSON() ([]byte, error) { return digest.ProtoJSON(p.m) }
+
+// Amount reads a budget's amount at the dotted field path.
+func (p protoInput) Amount(path string) (int64, error) { return amount.Proto(p.m.ProtoReflect(), path) }
 
 // HTTPInput binds a net/http request: method, cleaned path, sorted query,
 // the headers named in bound, and the body (canonical JSON for JSON media
@@ -64,6 +72,14 @@ func (h *httpInput) JSON() ([]byte, error) {
 		return nil, nil
 	}
 	return h.body, nil
+}
+
+// Amount reads a budget's amount at the JSON Pointer p of a JSON body.
+func (h *httpInput) Amount(p string) (int64, error) {
+	if !digest.IsJSON(h.r.Header.Get("Content-Type")) {
+		return 0, fmt.Errorf("%w: %s: the body is not JSON (Content-Type %q)", amount.ErrAmount, p, h.r.Header.Get("Content-Type"))
+	}
+	return amount.JSON(h.body, p)
 }
 
 func (h *httpInput) Digest(procedure string) (string, error) {

@@ -3,10 +3,14 @@ package adapter
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/agentsafe/agentsafe/internal/seam"
 	"github.com/agentsafe/agentsafe/middleware"
@@ -42,6 +46,11 @@ const (
 	// approval and until when (RFC 3339).
 	HeaderApprovalURL     = "Agentsafe-Approval-Url"
 	HeaderApprovalExpires = "Agentsafe-Approval-Expires"
+	// HeaderRetryAfter is HTTP's Retry-After (RFC 9110, in whole seconds,
+	// rounded up) on a BUDGET_EXCEEDED that knows when enough of the
+	// budget's window frees. It is not one of the envelope's own headers:
+	// a handler's Retry-After on its own response passes untouched.
+	HeaderRetryAfter = "Retry-After"
 )
 
 // envelopeHeaders are the response headers that belong to the envelope:
@@ -85,7 +94,7 @@ var lowerHeaders = func() (m map[string]string) {
 // names, or lower-case ones, with their values in one backing array: one
 // allocation for them all, where a Set per header makes one each.
 func setEnvelope(h map[string][]string, env middleware.Envelope, lower bool) {
-	var buf [len(envelopeHeaders)][2]string
+	var buf [len(envelopeHeaders) + 1][2]string
 	kv := buf[:0]
 	kv = append(kv, [2]string{HeaderExecutionID, env.ExecutionID}, [2]string{HeaderAttempts, strconv.Itoa(env.Attempts)})
 	if env.ApprovalID != "" {
@@ -103,11 +112,17 @@ func setEnvelope(h map[string][]string, env middleware.Envelope, lower bool) {
 	if e := env.Error; e != nil {
 		kv = append(kv, [2]string{HeaderCode, e.Code.String()}, [2]string{HeaderRetryable, strconv.FormatBool(e.Retryable)})
 	}
+	if env.RetryAfter > 0 {
+		kv = append(kv, [2]string{HeaderRetryAfter, strconv.FormatInt(RetryAfterSeconds(env.RetryAfter), 10)})
+	}
 	values := make([]string, len(kv))
 	for i, p := range kv {
 		name := p[0]
 		if lower {
 			name = lowerHeaders[name]
+			if name == "" {
+				name = "retry-after"
+			}
 		}
 		values[i] = p[1]
 		h[name] = values[i : i+1 : i+1] // a handler's append copies, never overwrites the next
@@ -157,6 +172,7 @@ func ReadHeaders(h http.Header) (middleware.Envelope, bool) {
 	env.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	env.ExpiresAt, _ = time.Parse(time.RFC3339, h.Get(HeaderApprovalExpires))
 	if c := h.Get(HeaderCode); c != "" {
+		env.RetryAfter = readRetryAfter(h.Get(HeaderRetryAfter))
 		code, retryable := parseCode(c), h.Get(HeaderRetryable) == "true"
 		if code == middleware.CodeExecutionFailed && c != middleware.CodeExecutionFailed.String() {
 			retryable = false // a code this client does not know: not known to be safe
@@ -165,6 +181,22 @@ func ReadHeaders(h http.Header) (middleware.Envelope, bool) {
 		env.Error = &middleware.EnvelopeError{Code: code, Retryable: retryable}
 	}
 	return env, true
+}
+
+// RetryAfterSeconds is d as Retry-After writes it: whole seconds, rounded
+// up, so a client that waits that long finds the window freed.
+func RetryAfterSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// readRetryAfter reads a Retry-After of delay-seconds; an HTTP date or
+// anything else reads as unknown.
+func readRetryAfter(v string) time.Duration {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n > int64(math.MaxInt64/time.Second) {
+		return 0
+	}
+	return time.Duration(n) * time.Second
 }
 
 // parseCode reads a code's wire name; a name this client does not know (a
@@ -216,6 +248,10 @@ func wire(c middleware.Code) (rpc uint32, status int) {
 		return 9, http.StatusConflict
 	case middleware.CodePolicyDenied:
 		return 7, http.StatusForbidden
+	case middleware.CodeBudgetExceeded:
+		return 8, http.StatusTooManyRequests
+	case middleware.CodeBudgetUnavailable:
+		return 14, http.StatusServiceUnavailable
 	case middleware.CodeApprovalStale:
 		return 9, http.StatusConflict
 	case middleware.CodePreviewUnavailable:
@@ -274,7 +310,20 @@ func ErrorDetail(env middleware.Envelope) *agentsafev1.ErrorDetail {
 	if !env.ExpiresAt.IsZero() {
 		d.ExpiresAt = env.ExpiresAt.UTC().Format(time.RFC3339)
 	}
+	if env.RetryAfter > 0 {
+		d.RetryAfter = durationpb.New(env.RetryAfter)
+	}
 	return d
+}
+
+// RetryInfo returns the google.rpc.RetryInfo that RPC adapters (Connect,
+// gRPC) attach, beside [ErrorDetail], to an error that knows when to try
+// again (BUDGET_EXCEEDED with Envelope.RetryAfter); nil otherwise.
+func RetryInfo(env middleware.Envelope) *errdetails.RetryInfo {
+	if env.Error == nil || env.RetryAfter <= 0 {
+		return nil
+	}
+	return &errdetails.RetryInfo{RetryDelay: durationpb.New(env.RetryAfter)}
 }
 
 // EnvelopeFromDetail rebuilds the envelope a client sees from the error
@@ -297,5 +346,6 @@ func EnvelopeFromDetail(d *agentsafev1.ErrorDetail, message string) middleware.E
 		ApprovalID:  d.GetApprovalId(),
 		ApprovalURL: d.GetApprovalUrl(),
 		ExpiresAt:   expires,
+		RetryAfter:  d.GetRetryAfter().AsDuration(),
 	}
 }

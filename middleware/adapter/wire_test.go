@@ -27,8 +27,8 @@ func TestEveryCodeHasAWireStatus(t *testing.T) {
 		middleware.CodeAuditUnavailable: {14, 503}, middleware.CodeIdempotencyInFlight: {10, 409}, middleware.CodeIdempotencyKeyReused: {9, 422},
 		middleware.CodeIdempotencyInDoubt: {9, 409}, middleware.CodeIdempotencyUnavailable: {14, 503},
 		middleware.CodePolicyDenied: {7, 403}, middleware.CodePolicyUnavailable: {14, 503},
-		middleware.CodeIdempotencyQuotaExceeded: {8, 429},
-		middleware.CodeApprovalStale:            {9, 409}, middleware.CodePreviewUnavailable: {14, 503},
+		middleware.CodeIdempotencyQuotaExceeded: {8, 429}, middleware.CodeBudgetExceeded: {8, 429}, middleware.CodeBudgetUnavailable: {14, 503},
+		middleware.CodeApprovalStale: {9, 409}, middleware.CodePreviewUnavailable: {14, 503},
 	}
 	for c := middleware.CodeOK; !strings.HasPrefix(c.String(), "Code("); c++ {
 		w, ok := want[c]

@@ -1,13 +1,14 @@
 // Package store is the store SPI of agentsafe: the interfaces between the
-// engine and where approvals (and stored results) live, their records and
-// their sentinel errors. It is a leaf — it imports nothing of the engine —
-// so that a store implementation links only this package, as a database
-// driver links only database/sql/driver. Applications use stores through
-// package middleware (WithApprovalStore, Engine.Decide, Get, List;
-// WithResultStore); implementations are in approvalstore and resultstore
+// engine and where approvals (and stored results, and budgets) live, their
+// records and their sentinel errors. It is a leaf — it imports nothing of
+// the engine — so that a store implementation links only this package, as
+// a database driver links only database/sql/driver. Applications use
+// stores through package middleware (WithApprovalStore, Engine.Decide,
+// Get, List; WithResultStore; WithBudgetStore, Engine.Budget);
+// implementations are in approvalstore, resultstore and budgetstore
 // (memory, Redis) and agentsafepg, and package conformance checks any
 // implementation against the contract written here (RunStore,
-// RunResultStore).
+// RunResultStore, RunBudgetStore).
 package store
 
 import (

@@ -36,8 +36,9 @@ var (
 )
 
 // RefundThresholdCents is the refund amount above which a manager must
-// approve (see NeedsApproval).
-const RefundThresholdCents = 100_00
+// approve (see NeedsApproval). Smaller refunds add up under the refunds
+// budget of orders.proto instead.
+const RefundThresholdCents = 400_00
 
 // Service is the order service. The zero value is not ready; use New.
 type Service struct {
@@ -69,8 +70,17 @@ func New() *Service {
 			"44": {OrderId: "44", Customer: "edsger@example.com", TotalCents: 80_00, Status: "shipped"},
 			"45": {OrderId: "45", Customer: "barbara@example.com", TotalCents: 2_500_00, Status: "delivered"},
 			"77": {OrderId: "77", Customer: "margaret@example.com", TotalCents: 500_00, Status: "delivered"},
+			// Carol's orders, each refunded in part by her agent's loop.
+			"51": {OrderId: "51", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"52": {OrderId: "52", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"53": {OrderId: "53", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"54": {OrderId: "54", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"55": {OrderId: "55", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"56": {OrderId: "56", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
+			"57": {OrderId: "57", Customer: "carol@example.com", TotalCents: 600_00, Status: "delivered"},
 		},
-		cards:      map[string]string{"42": "****4242", "43": "****4343", "44": "****4444", "45": "****4545", "77": "****1234"},
+		cards: map[string]string{"42": "****4242", "43": "****4343", "44": "****4444", "45": "****4545", "77": "****1234",
+			"51": "****5151", "52": "****5252", "53": "****5353", "54": "****5454", "55": "****5555", "56": "****5656", "57": "****5757"},
 		versions:   map[string]int64{},
 		Gateway:    NewGateway(),
 		ReportTime: time.Second,

@@ -48,6 +48,122 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// BudgetPer says whose calls spend a budget together.
+type BudgetPer int32
+
+const (
+	// Not set. Invalid: a budget names whose calls it counts.
+	BudgetPer_BUDGET_PER_UNSPECIFIED BudgetPer = 0
+	// The whole actor: id, tenant, kind and delegation chain.
+	BudgetPer_BUDGET_PER_ACTOR BudgetPer = 1
+	// The person an agent acts for, within the tenant: the last entry of the
+	// delegation chain, or the actor's id.
+	BudgetPer_BUDGET_PER_PERSON BudgetPer = 2
+	// The actor's tenant.
+	BudgetPer_BUDGET_PER_TENANT BudgetPer = 3
+	// Everyone the engine serves.
+	BudgetPer_BUDGET_PER_AUDIENCE BudgetPer = 4
+)
+
+// Enum value maps for BudgetPer.
+var (
+	BudgetPer_name = map[int32]string{
+		0: "BUDGET_PER_UNSPECIFIED",
+		1: "BUDGET_PER_ACTOR",
+		2: "BUDGET_PER_PERSON",
+		3: "BUDGET_PER_TENANT",
+		4: "BUDGET_PER_AUDIENCE",
+	}
+	BudgetPer_value = map[string]int32{
+		"BUDGET_PER_UNSPECIFIED": 0,
+		"BUDGET_PER_ACTOR":       1,
+		"BUDGET_PER_PERSON":      2,
+		"BUDGET_PER_TENANT":      3,
+		"BUDGET_PER_AUDIENCE":    4,
+	}
+)
+
+func (x BudgetPer) Enum() *BudgetPer {
+	p := new(BudgetPer)
+	*p = x
+	return p
+}
+
+func (x BudgetPer) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BudgetPer) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsafe_v1_options_proto_enumTypes[0].Descriptor()
+}
+
+func (BudgetPer) Type() protoreflect.EnumType {
+	return &file_agentsafe_v1_options_proto_enumTypes[0]
+}
+
+func (x BudgetPer) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BudgetPer.Descriptor instead.
+func (BudgetPer) EnumDescriptor() ([]byte, []int) {
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{0}
+}
+
+// BudgetOver is what a call that would take a budget past its limit gets.
+type BudgetOver int32
+
+const (
+	// Not set: means BUDGET_OVER_DENY, the default.
+	BudgetOver_BUDGET_OVER_UNSPECIFIED BudgetOver = 0
+	// Refused: BUDGET_EXCEEDED, with when enough of the window frees.
+	BudgetOver_BUDGET_OVER_DENY BudgetOver = 1
+	// Sent to the approval gate; the approved call spends past the limit,
+	// recorded as an overdraft.
+	BudgetOver_BUDGET_OVER_REQUIRE_APPROVAL BudgetOver = 2
+)
+
+// Enum value maps for BudgetOver.
+var (
+	BudgetOver_name = map[int32]string{
+		0: "BUDGET_OVER_UNSPECIFIED",
+		1: "BUDGET_OVER_DENY",
+		2: "BUDGET_OVER_REQUIRE_APPROVAL",
+	}
+	BudgetOver_value = map[string]int32{
+		"BUDGET_OVER_UNSPECIFIED":      0,
+		"BUDGET_OVER_DENY":             1,
+		"BUDGET_OVER_REQUIRE_APPROVAL": 2,
+	}
+)
+
+func (x BudgetOver) Enum() *BudgetOver {
+	p := new(BudgetOver)
+	*p = x
+	return p
+}
+
+func (x BudgetOver) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BudgetOver) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsafe_v1_options_proto_enumTypes[1].Descriptor()
+}
+
+func (BudgetOver) Type() protoreflect.EnumType {
+	return &file_agentsafe_v1_options_proto_enumTypes[1]
+}
+
+func (x BudgetOver) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BudgetOver.Descriptor instead.
+func (BudgetOver) EnumDescriptor() ([]byte, []int) {
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{1}
+}
+
 // Surface is where a call reaches a capability.
 type Surface int32
 
@@ -88,11 +204,11 @@ func (x Surface) String() string {
 }
 
 func (Surface) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsafe_v1_options_proto_enumTypes[0].Descriptor()
+	return file_agentsafe_v1_options_proto_enumTypes[2].Descriptor()
 }
 
 func (Surface) Type() protoreflect.EnumType {
-	return &file_agentsafe_v1_options_proto_enumTypes[0]
+	return &file_agentsafe_v1_options_proto_enumTypes[2]
 }
 
 func (x Surface) Number() protoreflect.EnumNumber {
@@ -101,7 +217,7 @@ func (x Surface) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Surface.Descriptor instead.
 func (Surface) EnumDescriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{0}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{2}
 }
 
 // SideEffect is what a call does to the world.
@@ -155,11 +271,11 @@ func (x SideEffect) String() string {
 }
 
 func (SideEffect) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsafe_v1_options_proto_enumTypes[1].Descriptor()
+	return file_agentsafe_v1_options_proto_enumTypes[3].Descriptor()
 }
 
 func (SideEffect) Type() protoreflect.EnumType {
-	return &file_agentsafe_v1_options_proto_enumTypes[1]
+	return &file_agentsafe_v1_options_proto_enumTypes[3]
 }
 
 func (x SideEffect) Number() protoreflect.EnumNumber {
@@ -168,7 +284,7 @@ func (x SideEffect) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SideEffect.Descriptor instead.
 func (SideEffect) EnumDescriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{1}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{3}
 }
 
 // Risk is an informational risk level, shown on events and approval records.
@@ -212,11 +328,11 @@ func (x Risk) String() string {
 }
 
 func (Risk) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsafe_v1_options_proto_enumTypes[2].Descriptor()
+	return file_agentsafe_v1_options_proto_enumTypes[4].Descriptor()
 }
 
 func (Risk) Type() protoreflect.EnumType {
-	return &file_agentsafe_v1_options_proto_enumTypes[2]
+	return &file_agentsafe_v1_options_proto_enumTypes[4]
 }
 
 func (x Risk) Number() protoreflect.EnumNumber {
@@ -225,7 +341,7 @@ func (x Risk) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Risk.Descriptor instead.
 func (Risk) EnumDescriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{2}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{4}
 }
 
 // Capability is the safety metadata of one procedure: what it does to the
@@ -275,7 +391,11 @@ type Capability struct {
 	// capability.deadline_overrun. Streaming methods are unaffected.
 	// Default: false (every attempt on its own goroutine). Turning it on is
 	// widening for the drift gate.
-	Inline        bool `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"`
+	Inline bool `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"`
+	// Budgets bound what the method's calls may spend over rolling windows,
+	// across every instance that shares the engine's budget store: a loop of
+	// small calls cannot do what no single call may. Default: none.
+	Budgets       []*Budget `protobuf:"bytes,12,rep,name=budgets,proto3" json:"budgets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +507,118 @@ func (x *Capability) GetInline() bool {
 	return false
 }
 
+func (x *Capability) GetBudgets() []*Budget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// Budget bounds what a capability's calls may spend over a rolling window.
+// A call that would take the window past the limit is refused
+// (BUDGET_EXCEEDED, with when to retry) or sent to a person for approval.
+//
+//	budgets: {
+//	  name: "refunds"
+//	  limit: 200000
+//	  window: { seconds: 86400 }
+//	  per: BUDGET_PER_PERSON
+//	  amount: "amount_cents"
+//	  over: BUDGET_OVER_REQUIRE_APPROVAL
+//	}
+type Budget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budget's name. Capabilities that list a budget of the same name
+	// share it, and must agree on limit, window and per. Required.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the calls may spend within one window. Required: more than 0.
+	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The length of the rolling window. Required: more than 0.
+	Window *durationpb.Duration `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	// Whose calls spend together; each gets the whole limit. Required.
+	Per BudgetPer `protobuf:"varint,4,opt,name=per,proto3,enum=agentsafe.v1.BudgetPer" json:"per,omitempty"`
+	// The dotted path of an integer field of the request message whose value
+	// the call spends, like "amount_cents" or "refund.amount_cents".
+	// Default: "", each call spends 1 (a call budget).
+	Amount string `protobuf:"bytes,5,opt,name=amount,proto3" json:"amount,omitempty"`
+	// What a call that would pass the limit gets. Default: deny.
+	Over          BudgetOver `protobuf:"varint,6,opt,name=over,proto3,enum=agentsafe.v1.BudgetOver" json:"over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_agentsafe_v1_options_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsafe_v1_options_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Budget) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Budget) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Budget) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *Budget) GetPer() BudgetPer {
+	if x != nil {
+		return x.Per
+	}
+	return BudgetPer_BUDGET_PER_UNSPECIFIED
+}
+
+func (x *Budget) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *Budget) GetOver() BudgetOver {
+	if x != nil {
+		return x.Over
+	}
+	return BudgetOver_BUDGET_OVER_UNSPECIFIED
+}
+
 // Retry is the runtime retry policy of a capability. A runtime retry is a
 // further attempt inside the same execution, with the same execution id and
 // the same idempotency key; the caller never sees it.
@@ -411,7 +643,7 @@ type Retry struct {
 
 func (x *Retry) Reset() {
 	*x = Retry{}
-	mi := &file_agentsafe_v1_options_proto_msgTypes[1]
+	mi := &file_agentsafe_v1_options_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +655,7 @@ func (x *Retry) String() string {
 func (*Retry) ProtoMessage() {}
 
 func (x *Retry) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsafe_v1_options_proto_msgTypes[1]
+	mi := &file_agentsafe_v1_options_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +668,7 @@ func (x *Retry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retry.ProtoReflect.Descriptor instead.
 func (*Retry) Descriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{1}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Retry) GetMaxRetries() int32 {
@@ -476,7 +708,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_agentsafe_v1_options_proto_msgTypes[2]
+	mi := &file_agentsafe_v1_options_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +720,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsafe_v1_options_proto_msgTypes[2]
+	mi := &file_agentsafe_v1_options_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +733,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{2}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Approval) GetRequired() bool {
@@ -558,14 +790,18 @@ type ErrorDetail struct {
 	ApprovalUrl string `protobuf:"bytes,7,opt,name=approval_url,json=approvalUrl,proto3" json:"approval_url,omitempty"`
 	// On APPROVAL_REQUIRED and APPROVAL_PENDING, when the approval expires,
 	// RFC 3339, when known.
-	ExpiresAt     string `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt string `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// On BUDGET_EXCEEDED, how long until enough of the budget's window frees
+	// for the call to fit, when known. The error also carries it as a
+	// google.rpc.RetryInfo detail.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,9,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_agentsafe_v1_options_proto_msgTypes[3]
+	mi := &file_agentsafe_v1_options_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +813,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsafe_v1_options_proto_msgTypes[3]
+	mi := &file_agentsafe_v1_options_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +826,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{3}
+	return file_agentsafe_v1_options_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -649,6 +885,13 @@ func (x *ErrorDetail) GetExpiresAt() string {
 	return ""
 }
 
+func (x *ErrorDetail) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
 var file_agentsafe_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
@@ -678,7 +921,7 @@ var File_agentsafe_v1_options_proto protoreflect.FileDescriptor
 
 const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentsafe/v1/options.proto\x12\fagentsafe.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xde\x03\n" +
+	"\x1aagentsafe/v1/options.proto\x12\fagentsafe.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\x8e\x04\n" +
 	"\n" +
 	"Capability\x129\n" +
 	"\vside_effect\x18\x01 \x01(\x0e2\x18.agentsafe.v1.SideEffectR\n" +
@@ -695,7 +938,15 @@ const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\bexposure\x18\t \x03(\x0e2\x15.agentsafe.v1.SurfaceR\bexposure\x12/\n" +
 	"\x05dedup\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x05dedup\x12\x16\n" +
-	"\x06inline\x18\v \x01(\bR\x06inline\"]\n" +
+	"\x06inline\x18\v \x01(\bR\x06inline\x12.\n" +
+	"\abudgets\x18\f \x03(\v2\x14.agentsafe.v1.BudgetR\abudgets\"\xd6\x01\n" +
+	"\x06Budget\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12)\n" +
+	"\x03per\x18\x04 \x01(\x0e2\x17.agentsafe.v1.BudgetPerR\x03per\x12\x16\n" +
+	"\x06amount\x18\x05 \x01(\tR\x06amount\x12,\n" +
+	"\x04over\x18\x06 \x01(\x0e2\x18.agentsafe.v1.BudgetOverR\x04over\"]\n" +
 	"\x05Retry\x12\x1f\n" +
 	"\vmax_retries\x18\x01 \x01(\x05R\n" +
 	"maxRetries\x123\n" +
@@ -705,7 +956,7 @@ const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x128\n" +
 	"\n" +
 	"expires_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x16\n" +
-	"\x06quorum\x18\x04 \x01(\x05R\x06quorum\"\xff\x01\n" +
+	"\x06quorum\x18\x04 \x01(\x05R\x06quorum\"\xbb\x02\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1c\n" +
 	"\tretryable\x18\x02 \x01(\bR\tretryable\x12!\n" +
@@ -716,7 +967,20 @@ const file_agentsafe_v1_options_proto_rawDesc = "" +
 	"\battempts\x18\x06 \x01(\x05R\battempts\x12!\n" +
 	"\fapproval_url\x18\a \x01(\tR\vapprovalUrl\x12\x1d\n" +
 	"\n" +
-	"expires_at\x18\b \x01(\tR\texpiresAt*V\n" +
+	"expires_at\x18\b \x01(\tR\texpiresAt\x12:\n" +
+	"\vretry_after\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter*\x84\x01\n" +
+	"\tBudgetPer\x12\x1a\n" +
+	"\x16BUDGET_PER_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10BUDGET_PER_ACTOR\x10\x01\x12\x15\n" +
+	"\x11BUDGET_PER_PERSON\x10\x02\x12\x15\n" +
+	"\x11BUDGET_PER_TENANT\x10\x03\x12\x17\n" +
+	"\x13BUDGET_PER_AUDIENCE\x10\x04*a\n" +
+	"\n" +
+	"BudgetOver\x12\x1b\n" +
+	"\x17BUDGET_OVER_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10BUDGET_OVER_DENY\x10\x01\x12 \n" +
+	"\x1cBUDGET_OVER_REQUIRE_APPROVAL\x10\x02*V\n" +
 	"\aSurface\x12\x17\n" +
 	"\x13SURFACE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vSURFACE_RPC\x10\x01\x12\x10\n" +
@@ -752,36 +1016,44 @@ func file_agentsafe_v1_options_proto_rawDescGZIP() []byte {
 	return file_agentsafe_v1_options_proto_rawDescData
 }
 
-var file_agentsafe_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_agentsafe_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_agentsafe_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_agentsafe_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_agentsafe_v1_options_proto_goTypes = []any{
-	(Surface)(0),                       // 0: agentsafe.v1.Surface
-	(SideEffect)(0),                    // 1: agentsafe.v1.SideEffect
-	(Risk)(0),                          // 2: agentsafe.v1.Risk
-	(*Capability)(nil),                 // 3: agentsafe.v1.Capability
-	(*Retry)(nil),                      // 4: agentsafe.v1.Retry
-	(*Approval)(nil),                   // 5: agentsafe.v1.Approval
-	(*ErrorDetail)(nil),                // 6: agentsafe.v1.ErrorDetail
-	(*durationpb.Duration)(nil),        // 7: google.protobuf.Duration
-	(*descriptorpb.MethodOptions)(nil), // 8: google.protobuf.MethodOptions
+	(BudgetPer)(0),                     // 0: agentsafe.v1.BudgetPer
+	(BudgetOver)(0),                    // 1: agentsafe.v1.BudgetOver
+	(Surface)(0),                       // 2: agentsafe.v1.Surface
+	(SideEffect)(0),                    // 3: agentsafe.v1.SideEffect
+	(Risk)(0),                          // 4: agentsafe.v1.Risk
+	(*Capability)(nil),                 // 5: agentsafe.v1.Capability
+	(*Budget)(nil),                     // 6: agentsafe.v1.Budget
+	(*Retry)(nil),                      // 7: agentsafe.v1.Retry
+	(*Approval)(nil),                   // 8: agentsafe.v1.Approval
+	(*ErrorDetail)(nil),                // 9: agentsafe.v1.ErrorDetail
+	(*durationpb.Duration)(nil),        // 10: google.protobuf.Duration
+	(*descriptorpb.MethodOptions)(nil), // 11: google.protobuf.MethodOptions
 }
 var file_agentsafe_v1_options_proto_depIdxs = []int32{
-	1,  // 0: agentsafe.v1.Capability.side_effect:type_name -> agentsafe.v1.SideEffect
-	2,  // 1: agentsafe.v1.Capability.risk:type_name -> agentsafe.v1.Risk
-	7,  // 2: agentsafe.v1.Capability.timeout:type_name -> google.protobuf.Duration
-	4,  // 3: agentsafe.v1.Capability.retry:type_name -> agentsafe.v1.Retry
-	5,  // 4: agentsafe.v1.Capability.approval:type_name -> agentsafe.v1.Approval
-	0,  // 5: agentsafe.v1.Capability.exposure:type_name -> agentsafe.v1.Surface
-	7,  // 6: agentsafe.v1.Capability.dedup:type_name -> google.protobuf.Duration
-	7,  // 7: agentsafe.v1.Retry.backoff:type_name -> google.protobuf.Duration
-	7,  // 8: agentsafe.v1.Approval.expires_in:type_name -> google.protobuf.Duration
-	8,  // 9: agentsafe.v1.capability:extendee -> google.protobuf.MethodOptions
-	3,  // 10: agentsafe.v1.capability:type_name -> agentsafe.v1.Capability
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	10, // [10:11] is the sub-list for extension type_name
-	9,  // [9:10] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	3,  // 0: agentsafe.v1.Capability.side_effect:type_name -> agentsafe.v1.SideEffect
+	4,  // 1: agentsafe.v1.Capability.risk:type_name -> agentsafe.v1.Risk
+	10, // 2: agentsafe.v1.Capability.timeout:type_name -> google.protobuf.Duration
+	7,  // 3: agentsafe.v1.Capability.retry:type_name -> agentsafe.v1.Retry
+	8,  // 4: agentsafe.v1.Capability.approval:type_name -> agentsafe.v1.Approval
+	2,  // 5: agentsafe.v1.Capability.exposure:type_name -> agentsafe.v1.Surface
+	10, // 6: agentsafe.v1.Capability.dedup:type_name -> google.protobuf.Duration
+	6,  // 7: agentsafe.v1.Capability.budgets:type_name -> agentsafe.v1.Budget
+	10, // 8: agentsafe.v1.Budget.window:type_name -> google.protobuf.Duration
+	0,  // 9: agentsafe.v1.Budget.per:type_name -> agentsafe.v1.BudgetPer
+	1,  // 10: agentsafe.v1.Budget.over:type_name -> agentsafe.v1.BudgetOver
+	10, // 11: agentsafe.v1.Retry.backoff:type_name -> google.protobuf.Duration
+	10, // 12: agentsafe.v1.Approval.expires_in:type_name -> google.protobuf.Duration
+	10, // 13: agentsafe.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	11, // 14: agentsafe.v1.capability:extendee -> google.protobuf.MethodOptions
+	5,  // 15: agentsafe.v1.capability:type_name -> agentsafe.v1.Capability
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	15, // [15:16] is the sub-list for extension type_name
+	14, // [14:15] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_agentsafe_v1_options_proto_init() }
@@ -794,8 +1066,8 @@ func file_agentsafe_v1_options_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsafe_v1_options_proto_rawDesc), len(file_agentsafe_v1_options_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   4,
+			NumEnums:      5,
+			NumMessages:   5,
 			NumExtensions: 1,
 			NumServices:   0,
 		},

@@ -10,13 +10,12 @@
 package ordersv1
 
 import (
-	reflect "reflect"
-	sync "sync"
-	unsafe "unsafe"
-
 	_ "github.com/agentsafe/agentsafe/proto/agentsafe/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	reflect "reflect"
+	sync "sync"
+	unsafe "unsafe"
 )
 
 const (
@@ -584,12 +583,14 @@ const file_orders_v1_orders_proto_rawDesc = "" +
 	"\x13ExportReportRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\".\n" +
 	"\x14ExportReportResponse\x12\x16\n" +
-	"\x06orders\x18\x01 \x01(\x03R\x06orders2\xd7\x05\n" +
+	"\x06orders\x18\x01 \x01(\x03R\x06orders2\x93\x06\n" +
 	"\fOrderService\x12m\n" +
-	"\bGetOrder\x12\x1a.orders.v1.GetOrderRequest\x1a\x10.orders.v1.Order\"3\xfa\xa4\x19/\b\x02\x1a\x17Look up an order by id.*\x02\b\x022\t\b\x02\x12\x05\x10\x80\xda\xc4\tJ\x03\x01\x02\x03\x12\xb2\x01\n" +
-	"\vRefundOrder\x12\x1d.orders.v1.RefundOrderRequest\x1a\x1e.orders.v1.RefundOrderResponse\"d\xfa\xa4\x19`\b\x03\x10\x03\x1a9Refund an order; large refunds need a manager's approval. \x01*\x02\b\x022\t\b\x01\x12\x05\x10\x80\xda\xc4\t:\t\x12\amanagerJ\x03\x01\x02\x03\x12\x8b\x01\n" +
-	"\vCancelOrder\x12\x1d.orders.v1.CancelOrderRequest\x1a\x1e.orders.v1.CancelOrderResponse\"=\xfa\xa4\x199\b\x04\x10\x04\x1a\"Cancel an order. Cannot be undone.*\x02\b\x02:\v\b\x01\x12\amanager\x12\x8d\x01\n" +
-	"\x0eNotifyCustomer\x12 .orders.v1.NotifyCustomerRequest\x1a!.orders.v1.NotifyCustomerResponse\"6\xfa\xa4\x192\b\x05\x1a%Email the customer about their order.*\x02\b\x02J\x03\x01\x02\x03\x12\x84\x01\n" +
+	"\bGetOrder\x12\x1a.orders.v1.GetOrderRequest\x1a\x10.orders.v1.Order\"3\xfa\xa4\x19/\b\x02\x1a\x17Look up an order by id.*\x02\b\x022\t\b\x02\x12\x05\x10\x80\xda\xc4\tJ\x03\x01\x02\x03\x12\xdb\x01\n" +
+	"\vRefundOrder\x12\x1d.orders.v1.RefundOrderRequest\x1a\x1e.orders.v1.RefundOrderResponse\"\x8c\x01\xfa\xa4\x19\x87\x01\b\x03\x10\x03\x1a9Refund an order; large refunds need a manager's approval. \x01*\x02\b\x022\t\b\x01\x12\x05\x10\x80\xda\xc4\t:\t\x12\amanagerJ\x03\x01\x02\x03b%\n" +
+	"\arefunds\x10\x90\xa1\x0f\x1a\x04\b\x80\xa3\x05 \x02*\famount_cents0\x02\x12\x8b\x01\n" +
+	"\vCancelOrder\x12\x1d.orders.v1.CancelOrderRequest\x1a\x1e.orders.v1.CancelOrderResponse\"=\xfa\xa4\x199\b\x04\x10\x04\x1a\"Cancel an order. Cannot be undone.*\x02\b\x02:\v\b\x01\x12\amanager\x12\xa0\x01\n" +
+	"\x0eNotifyCustomer\x12 .orders.v1.NotifyCustomerRequest\x1a!.orders.v1.NotifyCustomerResponse\"I\xfa\xa4\x19E\b\x05\x1a%Email the customer about their order.*\x02\b\x02J\x03\x01\x02\x03b\x11\n" +
+	"\x06emails\x10\x03\x1a\x03\b\x90\x1c \x02\x12\x84\x01\n" +
 	"\fExportReport\x12\x1e.orders.v1.ExportReportRequest\x1a\x1f.orders.v1.ExportReportResponse\"3\xfa\xa4\x19/\b\x02\x1a\x1eExport the day's order report.*\x06\x10\x80Ɔ\x8f\x01J\x03\x01\x02\x03BIZGgithub.com/agentsafe/agentsafe/examples/internal/gen/orders/v1;ordersv1b\x06proto3"
 
 var (

@@ -38,13 +38,17 @@ type OrderServiceClient interface {
 	// RefundOrder refunds an order. It is a write that the payment gateway
 	// deduplicates by idempotency key, so it is declared idempotent and may
 	// be retried once. Refunds over the threshold need a manager's approval
-	// (a condition the server applies per call).
+	// (a condition the server applies per call), and so does a refund that
+	// would take the refunds of one person's day past 2,500.00 EUR, however
+	// small: a loop of small refunds cannot do what no single one may.
 	RefundOrder(ctx context.Context, in *RefundOrderRequest, opts ...grpc.CallOption) (*RefundOrderResponse, error)
 	// CancelOrder cancels an order for good: always approved first. It is
 	// served over RPC and HTTP only (the default exposure): agents on MCP
 	// never see it.
 	CancelOrder(ctx context.Context, in *CancelOrderRequest, opts ...grpc.CallOption) (*CancelOrderResponse, error)
-	// NotifyCustomer sends an email: an external effect, never retried.
+	// NotifyCustomer sends an email: an external effect, never retried. An
+	// agent sends at most 3 an hour for one person: the 4th is refused,
+	// with when to try again.
 	NotifyCustomer(ctx context.Context, in *NotifyCustomerRequest, opts ...grpc.CallOption) (*NotifyCustomerResponse, error)
 	// ExportReport builds a slow report; each attempt gets 300ms.
 	ExportReport(ctx context.Context, in *ExportReportRequest, opts ...grpc.CallOption) (*ExportReportResponse, error)
@@ -117,13 +121,17 @@ type OrderServiceServer interface {
 	// RefundOrder refunds an order. It is a write that the payment gateway
 	// deduplicates by idempotency key, so it is declared idempotent and may
 	// be retried once. Refunds over the threshold need a manager's approval
-	// (a condition the server applies per call).
+	// (a condition the server applies per call), and so does a refund that
+	// would take the refunds of one person's day past 2,500.00 EUR, however
+	// small: a loop of small refunds cannot do what no single one may.
 	RefundOrder(context.Context, *RefundOrderRequest) (*RefundOrderResponse, error)
 	// CancelOrder cancels an order for good: always approved first. It is
 	// served over RPC and HTTP only (the default exposure): agents on MCP
 	// never see it.
 	CancelOrder(context.Context, *CancelOrderRequest) (*CancelOrderResponse, error)
-	// NotifyCustomer sends an email: an external effect, never retried.
+	// NotifyCustomer sends an email: an external effect, never retried. An
+	// agent sends at most 3 an hour for one person: the 4th is refused,
+	// with when to try again.
 	NotifyCustomer(context.Context, *NotifyCustomerRequest) (*NotifyCustomerResponse, error)
 	// ExportReport builds a slow report; each attempt gets 300ms.
 	ExportReport(context.Context, *ExportReportRequest) (*ExportReportResponse, error)

@@ -7,13 +7,12 @@
 package ordersv1connect
 
 import (
+	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
+	v1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 	http "net/http"
 	strings "strings"
-
-	connect "connectrpc.com/connect"
-	v1 "github.com/agentsafe/agentsafe/examples/internal/gen/orders/v1"
 )
 
 // This is a compile-time assertion to ensure that this generated file and the connect package are
@@ -59,13 +58,17 @@ type OrderServiceClient interface {
 	// RefundOrder refunds an order. It is a write that the payment gateway
 	// deduplicates by idempotency key, so it is declared idempotent and may
 	// be retried once. Refunds over the threshold need a manager's approval
-	// (a condition the server applies per call).
+	// (a condition the server applies per call), and so does a refund that
+	// would take the refunds of one person's day past 2,500.00 EUR, however
+	// small: a loop of small refunds cannot do what no single one may.
 	RefundOrder(context.Context, *connect.Request[v1.RefundOrderRequest]) (*connect.Response[v1.RefundOrderResponse], error)
 	// CancelOrder cancels an order for good: always approved first. It is
 	// served over RPC and HTTP only (the default exposure): agents on MCP
 	// never see it.
 	CancelOrder(context.Context, *connect.Request[v1.CancelOrderRequest]) (*connect.Response[v1.CancelOrderResponse], error)
-	// NotifyCustomer sends an email: an external effect, never retried.
+	// NotifyCustomer sends an email: an external effect, never retried. An
+	// agent sends at most 3 an hour for one person: the 4th is refused,
+	// with when to try again.
 	NotifyCustomer(context.Context, *connect.Request[v1.NotifyCustomerRequest]) (*connect.Response[v1.NotifyCustomerResponse], error)
 	// ExportReport builds a slow report; each attempt gets 300ms.
 	ExportReport(context.Context, *connect.Request[v1.ExportReportRequest]) (*connect.Response[v1.ExportReportResponse], error)
@@ -156,13 +159,17 @@ type OrderServiceHandler interface {
 	// RefundOrder refunds an order. It is a write that the payment gateway
 	// deduplicates by idempotency key, so it is declared idempotent and may
 	// be retried once. Refunds over the threshold need a manager's approval
-	// (a condition the server applies per call).
+	// (a condition the server applies per call), and so does a refund that
+	// would take the refunds of one person's day past 2,500.00 EUR, however
+	// small: a loop of small refunds cannot do what no single one may.
 	RefundOrder(context.Context, *connect.Request[v1.RefundOrderRequest]) (*connect.Response[v1.RefundOrderResponse], error)
 	// CancelOrder cancels an order for good: always approved first. It is
 	// served over RPC and HTTP only (the default exposure): agents on MCP
 	// never see it.
 	CancelOrder(context.Context, *connect.Request[v1.CancelOrderRequest]) (*connect.Response[v1.CancelOrderResponse], error)
-	// NotifyCustomer sends an email: an external effect, never retried.
+	// NotifyCustomer sends an email: an external effect, never retried. An
+	// agent sends at most 3 an hour for one person: the 4th is refused,
+	// with when to try again.
 	NotifyCustomer(context.Context, *connect.Request[v1.NotifyCustomerRequest]) (*connect.Response[v1.NotifyCustomerResponse], error)
 	// ExportReport builds a slow report; each attempt gets 300ms.
 	ExportReport(context.Context, *connect.Request[v1.ExportReportRequest]) (*connect.Response[v1.ExportReportResponse], error)
