@@ -482,7 +482,7 @@ func TestApprovalFlow(t *testing.T) {
 // call over the budget is counted and gets a span event saying why.
 func TestBudgetSpentAndLimit(t *testing.T) {
 	f := newOtelFixture(t, middleware.NewRegistry().Register(procRefund, middleware.Capability{SideEffect: middleware.SideEffectWrite,
-		Budgets: []middleware.Budget{{Name: "refunds", Limit: 500, Window: time.Hour, Per: middleware.PerActor, Amount: "/amount"}}}))
+		Budgets: []middleware.Budget{{Name: "refunds", Limit: 500, Window: time.Hour, Per: "actor", Amount: "/amount"}}}))
 	call := func(amount int) middleware.Envelope {
 		in := adapter.JSONInput(fmt.Appendf(nil, `{"amount":%d,"card":"%s"}`, amount, secret))
 		_, env, _ := execute(as(t.Context(), agent), f.eng, procRefund, adapter.Call[any]{Input: in}, func(context.Context) (any, error) { return nil, nil })

@@ -17,7 +17,7 @@ import (
 // the budget, what the call spends, what is spent and the limit.
 func TestAnEscalatedApprovalShowsTheBudget(t *testing.T) {
 	e := newEnvWith(t, middleware.Capability{SideEffect: middleware.SideEffectExternal, Risk: middleware.RiskHigh, Description: "refund an order",
-		Budgets: []middleware.Budget{{Name: "refunds", Limit: 200, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "/amount", Over: middleware.OverRequireApproval}},
+		Budgets: []middleware.Budget{{Name: "refunds", Limit: 200, Window: 24 * time.Hour, Per: "person", Amount: "/amount", Over: "require_approval"}},
 	}, "", nil, []middleware.Option{middleware.WithBudgetStore(budgetstore.NewMemory())})
 	if _, err := e.call(agent, "41", ""); err != nil {
 		t.Fatalf("a refund within the budget: %v", err)

@@ -37,7 +37,7 @@ func budgetEngine(b testing.TB, budget bool) *middleware.Engine {
 	c := middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: time.Second}
 	opts := []middleware.Option{middleware.WithProtoFiles(nil), quiet}
 	if budget {
-		c.Budgets = []middleware.Budget{{Name: "sends", Limit: 1 << 62, Window: time.Millisecond, Per: middleware.PerActor}}
+		c.Budgets = []middleware.Budget{{Name: "sends", Limit: 1 << 62, Window: time.Millisecond, Per: "actor"}}
 		opts = append(opts, middleware.WithBudgetStore(budgetstore.NewMemory()))
 	}
 	eng, err := middleware.New(middleware.NewRegistry().Register(procSend, c), opts...)
@@ -76,7 +76,7 @@ func connectBudgetClient(b testing.TB, budget bool) testv1connect.TestServiceCli
 	c := middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: time.Second}
 	opts := []middleware.Option{quiet, middleware.WithBudgetStore(budgetstore.NewMemory())}
 	if budget {
-		c.Budgets = []middleware.Budget{{Name: "reads", Limit: 1 << 62, Window: time.Millisecond, Per: middleware.PerActor}}
+		c.Budgets = []middleware.Budget{{Name: "reads", Limit: 1 << 62, Window: time.Millisecond, Per: "actor"}}
 	}
 	eng, err := middleware.New(middleware.NewRegistry().Register(testv1connect.TestServiceReadProcedure, c).
 		Register(testv1connect.TestServiceGatedProcedure, middleware.Capability{SideEffect: middleware.SideEffectWrite}), opts...)

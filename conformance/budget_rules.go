@@ -17,10 +17,10 @@ var budgetRule = adapterRule{
 	budgets: true,
 	capabilities: func(_ *suite, caps map[Fixture]middleware.Capability) {
 		w := caps[FixtureWrite]
-		w.Budgets = []middleware.Budget{{Name: "conformance-writes", Limit: 1, Window: time.Hour, Per: middleware.PerActor}}
+		w.Budgets = []middleware.Budget{{Name: "conformance-writes", Limit: 1, Window: time.Hour, Per: "actor"}}
 		caps[FixtureWrite] = w
 		iw := caps[FixtureIdempotentWrite]
-		iw.Budgets = []middleware.Budget{{Name: "conformance-escalates", Limit: 1, Window: time.Hour, Per: middleware.PerActor, Over: middleware.OverRequireApproval}}
+		iw.Budgets = []middleware.Budget{{Name: "conformance-escalates", Limit: 1, Window: time.Hour, Per: "actor", Over: "require_approval"}}
 		caps[FixtureIdempotentWrite] = iw
 	},
 	check: func(s *suite) {

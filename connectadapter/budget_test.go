@@ -21,7 +21,7 @@ import (
 func TestBudgetRefusalCarriesRetryInfo(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, p protocol) {
 		reg := middleware.NewRegistry().Register(procWrite, middleware.Capability{SideEffect: middleware.SideEffectWrite,
-			Budgets: []middleware.Budget{{Name: "writes", Limit: 1, Window: time.Hour, Per: middleware.PerAudience}}})
+			Budgets: []middleware.Budget{{Name: "writes", Limit: 1, Window: time.Hour, Per: "audience"}}})
 		srv := newServer(t, serverConfig{reg: reg, opts: []middleware.Option{middleware.WithBudgetStore(budgetstore.NewMemory())},
 			handle: func(context.Context, *connect.Request[testv1.Request]) (*connect.Response[testv1.Response], error) {
 				return connect.NewResponse(&testv1.Response{Note: "written"}), nil

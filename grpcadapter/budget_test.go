@@ -21,7 +21,7 @@ import (
 // saying when enough of the window frees.
 func TestBudgetRefusalCarriesRetryInfo(t *testing.T) {
 	reg := middleware.NewRegistry().Register(testv1.TestService_Write_FullMethodName, middleware.Capability{SideEffect: middleware.SideEffectWrite,
-		Budgets: []middleware.Budget{{Name: "writes", Limit: 1, Window: time.Hour, Per: middleware.PerAudience}}})
+		Budgets: []middleware.Budget{{Name: "writes", Limit: 1, Window: time.Hour, Per: "audience"}}})
 	svc := &options{do: func(context.Context, string, *testv1.Request) (*testv1.Response, error) {
 		return &testv1.Response{Note: "written"}, nil
 	}}

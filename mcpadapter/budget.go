@@ -21,7 +21,7 @@ func budgetNotes(c middleware.Capability, in protoreflect.MessageDescriptor) []s
 			what = fmt.Sprintf("a total %s of %d", jsonPath(in, b.Amount), b.Limit)
 		}
 		past := "a call past it is refused (BUDGET_EXCEEDED), saying when to try again"
-		if b.Over == middleware.OverRequireApproval {
+		if b.Over == "require_approval" {
 			past = "a call past it waits for a person's approval"
 		}
 		out = append(out, fmt.Sprintf("Budget %q: at most %s per %s in any %s; %s.", b.Name, what, b.Per, window(b.Window), past))

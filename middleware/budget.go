@@ -23,8 +23,13 @@ import (
 // window, across every instance that shares the budget store: a loop of
 // small calls cannot do what no single call may (twenty refunds of 450).
 // A call that would take the window past Limit is refused
-// (BUDGET_EXCEEDED, with when to retry) or brought to a person
-// (OverRequireApproval): see [WithBudgetStore].
+// (BUDGET_EXCEEDED, with when to retry) or brought to a person (Over
+// "require_approval"): see [WithBudgetStore]. For example, refunds of at
+// most 2,500.00 a day for each person an agent acts for, a manager asked
+// past that:
+//
+//	middleware.Budget{Name: "refunds", Limit: 250000, Window: 24 * time.Hour,
+//		Per: "person", Amount: "amount_cents", Over: "require_approval"}
 type Budget struct {
 	// Name identifies the budget. Capabilities that list a budget of the
 	// same Name share it, and must agree on its Limit, Window and Per.
@@ -35,9 +40,16 @@ type Budget struct {
 	// reservation counts while its age, by the store's clock, is under
 	// Window.
 	Window time.Duration
-	// Per says whose calls spend together. Required: the zero value is
-	// invalid.
-	Per BudgetPer
+	// Per says whose calls spend together, each key getting the whole
+	// limit, from the finest to the coarsest:
+	//   - "actor": the whole actor (ID, Tenant, Kind and the OnBehalfOf
+	//     chain), as approvals compare it;
+	//   - "person": the person an agent acts for, within the tenant: the
+	//     last entry of OnBehalfOf (the chain is nearest first), or the ID;
+	//   - "tenant": the actor's tenant;
+	//   - "audience": everyone the engine serves (see [WithAudience]).
+	// Required: "" and any other string are invalid, as [New] reports.
+	Per string
 	// Amount names what one call spends: for an RPC procedure the dotted
 	// path of an integer field of its request message ("amount_cents",
 	// "refund.amount_cents"), for a net/http route a JSON Pointer into its
@@ -46,64 +58,41 @@ type Budget struct {
 	// whose amount is missing, negative, not an integer or beyond int64 is
 	// INVALID_ARGUMENT, and nothing runs.
 	Amount string
-	// Over says what a call that would pass the limit gets: OverDeny, the
-	// default, or OverRequireApproval.
-	Over BudgetOver
+	// Over says what a call that would pass the limit gets:
+	//   - "deny", or "" (the default): BUDGET_EXCEEDED (ResourceExhausted,
+	//     HTTP 429), with Envelope.RetryAfter when enough of the window
+	//     frees; nothing runs;
+	//   - "require_approval": the approval gate, the reason naming the
+	//     budget, the amount, what is spent and the limit; the approved
+	//     resume spends past the limit if need be, recorded as an
+	//     overdraft.
+	// Any other string is invalid, as [New] reports.
+	Over string
 }
 
-// BudgetPer says whose calls spend a [Budget] together: each key gets
-// the whole limit.
-type BudgetPer uint8
-
-// BudgetOver says what a call that would take a [Budget] past its limit
-// gets.
-type BudgetOver uint8
-
-// The keys of a budget, from the finest to the coarsest, and what a call
-// over its limit gets.
+// The values of [Budget.Per] and [Budget.Over].
 const (
-	// PerActor: the whole actor (ID, Tenant, Kind and the OnBehalfOf
-	// chain), as approvals compare it.
-	PerActor BudgetPer = iota + 1
-	// PerPerson: the person an agent acts for, within the tenant: the
-	// last entry of OnBehalfOf (the chain is nearest first), or the ID.
-	PerPerson
-	// PerTenant: the actor's tenant.
-	PerTenant
-	// PerAudience: everyone the engine serves (see WithAudience).
-	PerAudience
-
-	// OverDeny refuses the call: BUDGET_EXCEEDED (ResourceExhausted, HTTP
-	// 429) with Envelope.RetryAfter, when enough of the window frees.
-	OverDeny BudgetOver = 0
-	// OverRequireApproval sends the call to the approval gate, the reason
-	// naming the budget, the amount, what is spent and the limit; the
-	// approved resume spends past the limit if need be, recorded as an
-	// overdraft.
-	OverRequireApproval BudgetOver = 1
+	perActor            = "actor"
+	perPerson           = "person"
+	perTenant           = "tenant"
+	perAudience         = "audience"
+	overDeny            = "deny"
+	overRequireApproval = "require_approval"
 )
 
-var perNames = [...]string{"unspecified", "actor", "person", "tenant", "audience"}
+// budgetPers are the keys of a budget, from the finest to the coarsest.
+var budgetPers = [...]string{perActor, perPerson, perTenant, perAudience}
 
-func (p BudgetPer) String() string {
-	if int(p) < len(perNames) {
-		return perNames[p]
-	}
-	return fmt.Sprintf("BudgetPer(%d)", uint8(p))
-}
+func validPer(p string) bool { return slices.Contains(budgetPers[:], p) }
 
-func (p BudgetPer) valid() bool { return p >= PerActor && p <= PerAudience }
+func validOver(o string) bool { return o == "" || o == overDeny || o == overRequireApproval }
 
-var overNames = [...]string{"deny", "require_approval"}
+// escalates reports whether a call over b's limit goes to the approval
+// gate rather than being refused.
+func (b Budget) escalates() bool { return b.Over == overRequireApproval }
 
-func (o BudgetOver) String() string {
-	if int(o) < len(overNames) {
-		return overNames[o]
-	}
-	return fmt.Sprintf("BudgetOver(%d)", uint8(o))
-}
-
-func (o BudgetOver) valid() bool { return o <= OverRequireApproval }
+// over is b.Over by its name: "" is "deny".
+func (b Budget) over() string { return cmp.Or(b.Over, overDeny) }
 
 // WithBudgetStore sets where the reservations of budgets ([Budget]) live
 // (package budgetstore: an in-memory store for one process, Redis for
@@ -128,7 +117,7 @@ func WithBudgetStore(s store.BudgetStore) Option {
 // budgetRule is a validated Budget of one capability.
 type budgetRule struct {
 	Budget
-	// key is the budget key of a PerAudience budget: the same for every
+	// key is the budget key of a perAudience budget: the same for every
 	// call.
 	key string
 	// last is the key of the actor that called last: a loop of calls by
@@ -152,12 +141,12 @@ func (e *Engine) resolveBudgets(bs []Budget) []*budgetRule {
 	out := make([]*budgetRule, len(bs))
 	for i, b := range bs {
 		out[i] = &budgetRule{Budget: b}
-		if b.Per == PerAudience {
+		if b.Per == perAudience {
 			out[i].key = budgetKey(e.cfg.audience, b, Actor{})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *budgetRule) int {
-		return cmp.Or(cmp.Compare(a.Over, b.Over), strings.Compare(a.Name, b.Name))
+		return cmp.Or(compareBool(a.escalates(), b.escalates()), strings.Compare(a.Name, b.Name)) // deny first
 	})
 	return out
 }
@@ -166,14 +155,14 @@ func (e *Engine) resolveBudgets(bs []Budget) []*budgetRule {
 // spends together under b.Per, never shared across budgets or audiences.
 func budgetKey(audience string, b Budget, a Actor) string {
 	var buf [12]string // on the stack for a chain of up to four: a key is derived on every call
-	parts := append(buf[:0], "budget", audience, b.Name, b.Per.String())
+	parts := append(buf[:0], "budget", audience, b.Name, b.Per)
 	switch b.Per {
-	case PerActor:
+	case perActor:
 		parts = append(parts, a.ID, a.Tenant, a.Kind, strconv.Itoa(len(a.OnBehalfOf)))
 		parts = append(parts, a.OnBehalfOf...)
-	case PerPerson:
+	case perPerson:
 		parts = append(parts, a.Tenant, person(a))
-	case PerTenant:
+	case perTenant:
 		parts = append(parts, a.Tenant)
 	}
 	return ids.Derive(store.BudgetKeyPrefix, parts...)
@@ -255,7 +244,7 @@ func (x *execution) reserveBudgets() ([]string, *Error) {
 			continue
 		}
 		x.emit(Event{Type: EventBudgetExceeded, Budget: r.Name, Amount: n, Spent: res.Spent, Limit: r.Limit, RetryAfter: res.RetryAfter})
-		if r.Over == OverDeny {
+		if !r.escalates() {
 			return nil, &Error{Code: CodeBudgetExceeded, retryAfter: res.RetryAfter, Message: x.exceeded(s, res.RetryAfter)}
 		}
 		s.escalated = true
@@ -418,7 +407,7 @@ func (e *Engine) releaseBudget(ctx context.Context, req store.BudgetRequest) {
 }
 
 // Budget reads what is left of the budget named name for the key actor
-// spends under (see [BudgetPer]): its limit less what the reservations
+// spends under (see [Budget.Per]): its limit less what the reservations
 // within its window add up to, by the store's clock. It is negative after
 // an approved overdraft. The budget must be one a capability of the
 // engine lists.
@@ -463,11 +452,11 @@ func checkBudgets(procedure, source string, c Capability, input protoreflect.Mes
 		if b.Window <= 0 {
 			add(".Window", "must be more than 0 (got %s)", b.Window)
 		}
-		if !b.Per.valid() {
-			add(".Per", "must be one of actor, person, tenant, audience (got %s)", b.Per)
+		if !validPer(b.Per) {
+			add(".Per", "must be one of actor, person, tenant, audience (got %q)", b.Per)
 		}
-		if !b.Over.valid() {
-			add(".Over", "must be deny or require_approval (got %s)", b.Over)
+		if !validOver(b.Over) {
+			add(".Over", "must be deny or require_approval (got %q)", b.Over)
 		}
 		if c.Streaming {
 			add("", "a streaming procedure cannot have a budget: a stream has no one input to spend by, and is never refused once it runs")
@@ -536,7 +525,7 @@ func (c *config) budgetProblems(caps map[string]Capability) []error {
 			if c.budgets == nil {
 				errs = append(errs, &FieldError{proc, "engine", field, "needs a budget store, and the engine has none: add WithBudgetStore (budgetstore.NewMemory for one process, budgetstore.NewRedis for many)"})
 			}
-			if b.Over == OverRequireApproval && c.store == nil {
+			if b.escalates() && c.store == nil {
 				errs = append(errs, &FieldError{proc, "engine", field + ".Over", "require_approval needs an approval store, and the engine has none: add WithApprovalStore"})
 			}
 			local = true
@@ -558,4 +547,15 @@ func budgetsByName(caps map[string]Capability) map[string]Budget {
 		}
 	}
 	return out
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }

@@ -91,7 +91,7 @@ func writeWith(budgets ...middleware.Budget) middleware.Capability {
 	return middleware.Capability{SideEffect: middleware.SideEffectWrite, Budgets: budgets}
 }
 
-var refunds = middleware.Budget{Name: "refunds", Limit: 1000, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "/amount"}
+var refunds = middleware.Budget{Name: "refunds", Limit: 1000, Window: 24 * time.Hour, Per: "person", Amount: "/amount"}
 
 func TestBudgetDenyRefusesPastTheLimitWithRetryAfter(t *testing.T) {
 	b := newBudgeted(t, writeWith(refunds))
@@ -128,7 +128,7 @@ func TestBudgetDenyRefusesPastTheLimitWithRetryAfter(t *testing.T) {
 }
 
 func TestBudgetStartedCarriesWhatIsSpent(t *testing.T) {
-	calls := middleware.Budget{Name: "calls", Limit: 10, Window: time.Hour, Per: middleware.PerActor}
+	calls := middleware.Budget{Name: "calls", Limit: 10, Window: time.Hour, Per: "actor"}
 	b := newBudgeted(t, writeWith(refunds, calls))
 	env, err := b.spend(agent, refundOf(1, 800))
 	wantCode(t, env, err, middleware.CodeOK)
@@ -140,7 +140,7 @@ func TestBudgetStartedCarriesWhatIsSpent(t *testing.T) {
 }
 
 func TestBudgetCallBudgetCountsCalls(t *testing.T) {
-	b := newBudgeted(t, writeWith(middleware.Budget{Name: "calls", Limit: 3, Window: time.Minute, Per: middleware.PerActor}))
+	b := newBudgeted(t, writeWith(middleware.Budget{Name: "calls", Limit: 3, Window: time.Minute, Per: "actor"}))
 	for i := range 3 {
 		env, err := b.spend(agent, refundOf(i, 1_000_000))
 		wantCode(t, env, err, middleware.CodeOK)
@@ -190,16 +190,16 @@ func TestBudgetKeysFollowPer(t *testing.T) {
 	bob := middleware.Actor{ID: "agent-1", Tenant: "acme", Kind: "agent", OnBehalfOf: []string{"user-bob"}}
 	otherTenant := middleware.Actor{ID: "agent-1", Tenant: "globex", Kind: "agent", OnBehalfOf: []string{"assistant-9", "user-alice"}}
 	for _, tc := range []struct {
-		per    middleware.BudgetPer
+		per    string
 		shared []middleware.Actor // spend together with alice1
 		apart  []middleware.Actor // each have a limit of their own
 	}{
-		{middleware.PerActor, nil, []middleware.Actor{alice2, aliceHerself, bob, otherTenant}},
-		{middleware.PerPerson, []middleware.Actor{alice2, aliceHerself}, []middleware.Actor{bob, otherTenant}},
-		{middleware.PerTenant, []middleware.Actor{alice2, aliceHerself, bob}, []middleware.Actor{otherTenant}},
-		{middleware.PerAudience, []middleware.Actor{alice2, aliceHerself, bob, otherTenant}, nil},
+		{"actor", nil, []middleware.Actor{alice2, aliceHerself, bob, otherTenant}},
+		{"person", []middleware.Actor{alice2, aliceHerself}, []middleware.Actor{bob, otherTenant}},
+		{"tenant", []middleware.Actor{alice2, aliceHerself, bob}, []middleware.Actor{otherTenant}},
+		{"audience", []middleware.Actor{alice2, aliceHerself, bob, otherTenant}, nil},
 	} {
-		t.Run(tc.per.String(), func(t *testing.T) {
+		t.Run(tc.per, func(t *testing.T) {
 			b := newBudgeted(t, writeWith(middleware.Budget{Name: "calls", Limit: 1, Window: time.Hour, Per: tc.per}))
 			env, err := b.spend(alice1, refundOf(1, 1))
 			wantCode(t, env, err, middleware.CodeOK)
@@ -223,7 +223,7 @@ func TestBudgetKeysFollowPer(t *testing.T) {
 
 func TestBudgetRequireApprovalEscalatesAndOverdraws(t *testing.T) {
 	escalating := refunds
-	escalating.Over = middleware.OverRequireApproval
+	escalating.Over = "require_approval"
 	b := newBudgeted(t, writeWith(escalating))
 	env, err := b.spend(agent, refundOf(1, 900))
 	wantCode(t, env, err, middleware.CodeOK)
@@ -264,8 +264,8 @@ func TestBudgetRequireApprovalEscalatesAndOverdraws(t *testing.T) {
 }
 
 func TestBudgetDenyRefusesBeforeRequireApprovalEscalates(t *testing.T) {
-	approve := middleware.Budget{Name: "a-escalates", Limit: 1, Window: time.Hour, Per: middleware.PerActor, Over: middleware.OverRequireApproval}
-	deny := middleware.Budget{Name: "z-denies", Limit: 1, Window: time.Hour, Per: middleware.PerActor}
+	approve := middleware.Budget{Name: "a-escalates", Limit: 1, Window: time.Hour, Per: "actor", Over: "require_approval"}
+	deny := middleware.Budget{Name: "z-denies", Limit: 1, Window: time.Hour, Per: "actor"}
 	b := newBudgeted(t, writeWith(approve, deny))
 	env, err := b.spend(agent, refundOf(1, 1))
 	wantCode(t, env, err, middleware.CodeOK)
@@ -277,8 +277,8 @@ func TestBudgetDenyRefusesBeforeRequireApprovalEscalates(t *testing.T) {
 }
 
 func TestBudgetsAreReservedAllOrNone(t *testing.T) {
-	small := middleware.Budget{Name: "a-small", Limit: 1, Window: time.Hour, Per: middleware.PerActor}
-	large := middleware.Budget{Name: "b-large", Limit: 10, Window: time.Hour, Per: middleware.PerActor}
+	small := middleware.Budget{Name: "a-small", Limit: 1, Window: time.Hour, Per: "actor"}
+	large := middleware.Budget{Name: "b-large", Limit: 10, Window: time.Hour, Per: "actor"}
 	b := newBudgeted(t, writeWith(large, small))
 	env, err := b.spend(agent, refundOf(1, 1))
 	wantCode(t, env, err, middleware.CodeOK)
@@ -508,15 +508,15 @@ func TestBudgetStoreDownFailsClosed(t *testing.T) {
 func TestBudgetValidationListsEveryProblem(t *testing.T) {
 	reg := middleware.NewRegistry().
 		Register("refund", writeWith(
-			middleware.Budget{Name: "", Limit: 0, Window: -time.Second, Per: 0, Over: 7, Amount: "amount"},
-			middleware.Budget{Name: "dup", Limit: 1, Window: time.Hour, Per: middleware.PerActor},
-			middleware.Budget{Name: "dup", Limit: 1, Window: time.Hour, Per: middleware.PerActor, Amount: "/a~2"},
+			middleware.Budget{Name: "", Limit: 0, Window: -time.Second, Per: "", Over: "refuse", Amount: "amount"},
+			middleware.Budget{Name: "dup", Limit: 1, Window: time.Hour, Per: "actor"},
+			middleware.Budget{Name: "dup", Limit: 1, Window: time.Hour, Per: "actor", Amount: "/a~2"},
 		)).
-		Register("shared-1", writeWith(middleware.Budget{Name: "shared", Limit: 5, Window: time.Hour, Per: middleware.PerTenant})).
-		Register("shared-2", writeWith(middleware.Budget{Name: "shared", Limit: 6, Window: time.Hour, Per: middleware.PerTenant})).
+		Register("shared-1", writeWith(middleware.Budget{Name: "shared", Limit: 5, Window: time.Hour, Per: "tenant"})).
+		Register("shared-2", writeWith(middleware.Budget{Name: "shared", Limit: 6, Window: time.Hour, Per: "tenant"})).
 		Register("stream", middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true,
-			Budgets: []middleware.Budget{{Name: "s", Limit: 1, Window: time.Hour, Per: middleware.PerActor}}}).
-		Register("escalates", writeWith(middleware.Budget{Name: "e", Limit: 1, Window: time.Hour, Per: middleware.PerActor, Over: middleware.OverRequireApproval}))
+			Budgets: []middleware.Budget{{Name: "s", Limit: 1, Window: time.Hour, Per: "actor"}}}).
+		Register("escalates", writeWith(middleware.Budget{Name: "e", Limit: 1, Window: time.Hour, Per: "actor", Over: "require_approval"}))
 	_, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
 	if err == nil {
 		t.Fatal("New accepted invalid budgets")
@@ -525,8 +525,8 @@ func TestBudgetValidationListsEveryProblem(t *testing.T) {
 		"refund (registry): Budgets[0].Name: must not be empty",
 		"refund (registry): Budgets[0].Limit: must be more than 0 (got 0)",
 		"refund (registry): Budgets[0].Window: must be more than 0 (got -1s)",
-		"refund (registry): Budgets[0].Per: must be one of actor, person, tenant, audience (got unspecified)",
-		"refund (registry): Budgets[0].Over: must be deny or require_approval (got BudgetOver(7))",
+		`refund (registry): Budgets[0].Per: must be one of actor, person, tenant, audience (got "")`,
+		`refund (registry): Budgets[0].Over: must be deny or require_approval (got "refuse")`,
 		`refund (registry): Budgets[0].Amount: "amount" is not a JSON Pointer`,
 		"refund (registry): Budgets[dup].Name: is listed twice",
 		`refund (registry): Budgets[dup].Amount: JSON Pointer "/a~2"`,
@@ -539,8 +539,8 @@ func TestBudgetValidationListsEveryProblem(t *testing.T) {
 	}
 	// What the engine lacks, once the capabilities are valid.
 	reg = middleware.NewRegistry().
-		Register("refund", writeWith(middleware.Budget{Name: "r", Limit: 1, Window: time.Hour, Per: middleware.PerActor})).
-		Register("escalates", writeWith(middleware.Budget{Name: "e", Limit: 1, Window: time.Hour, Per: middleware.PerActor, Over: middleware.OverRequireApproval}))
+		Register("refund", writeWith(middleware.Budget{Name: "r", Limit: 1, Window: time.Hour, Per: "actor"})).
+		Register("escalates", writeWith(middleware.Budget{Name: "e", Limit: 1, Window: time.Hour, Per: "actor", Over: "require_approval"}))
 	_, err = middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard))
 	for _, want := range []string{
 		"refund (engine): Budgets[r]: needs a budget store",
@@ -555,7 +555,7 @@ func TestBudgetValidationListsEveryProblem(t *testing.T) {
 
 func TestBudgetOnMemoryWarnsAtStartUp(t *testing.T) {
 	var log strings.Builder
-	_, err := middleware.New(middleware.NewRegistry().Register("refund", writeWith(middleware.Budget{Name: "calls", Limit: 5, Window: time.Hour, Per: middleware.PerActor})),
+	_, err := middleware.New(middleware.NewRegistry().Register("refund", writeWith(middleware.Budget{Name: "calls", Limit: 5, Window: time.Hour, Per: "actor"})),
 		middleware.WithBudgetStore(budgetstore.NewMemory()), middleware.WithProtoFiles(nil), middleware.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -575,7 +575,7 @@ func TestEngineBudgetNamesOnlyItsBudgets(t *testing.T) {
 func TestBudgetAmountFromAProtoRequest(t *testing.T) {
 	const proc = "/agentsafe.test.v1.TestService/Write"
 	budget := func(path string) middleware.Capability {
-		return writeWith(middleware.Budget{Name: "spend", Limit: 100, Window: time.Hour, Per: middleware.PerAudience, Amount: path})
+		return writeWith(middleware.Budget{Name: "spend", Limit: 100, Window: time.Hour, Per: "audience", Amount: path})
 	}
 	for path, want := range map[string]string{
 		"mode":        "is string, not an integer",

@@ -194,7 +194,7 @@ func (e *Engine) resolve(proc string, c Capability) *capability {
 	rc.lease = e.lease(rc)
 	rc.budgets = e.resolveBudgets(c.Budgets)
 	for _, b := range c.Budgets {
-		rc.bindsInput = rc.bindsInput || b.Amount != "" || b.Over == OverRequireApproval
+		rc.bindsInput = rc.bindsInput || b.Amount != "" || b.escalates()
 	}
 	rc.route = &route{e: e, proc: proc, cap: rc, governed: true}
 	return rc

@@ -92,13 +92,23 @@ func capabilityFromOptions(md protoreflect.MethodDescriptor) (Capability, bool, 
 	for i, pb := range pc.GetBudgets() {
 		b := Budget{Name: pb.GetName(), Limit: pb.GetLimit(), Amount: pb.GetAmount(),
 			Window: dur(fmt.Sprintf("Budgets[%d].Window", i), pb.GetWindow())}
-		if n := int32(pb.GetPer()); !wraps(fmt.Sprintf("Budgets[%d].Per", i), n) {
-			b.Per = BudgetPer(n) // numbered alike; unspecified and unknown numbers are invalid
+		// BUDGET_PER_ACTOR … _AUDIENCE are 1 … 4; unspecified stays "",
+		// and an unknown number is named, both invalid.
+		switch n := int(pb.GetPer()); {
+		case n > 0 && n <= len(budgetPers):
+			b.Per = budgetPers[n-1]
+		case n != 0:
+			b.Per = fmt.Sprintf("BudgetPer(%d)", n)
 		}
-		// Unspecified and DENY are deny; REQUIRE_APPROVAL is numbered one
-		// past Go's, and unknown numbers stay invalid.
-		if n := int32(pb.GetOver()); n > int32(agentsafev1.BudgetOver_BUDGET_OVER_UNSPECIFIED) && !wraps(fmt.Sprintf("Budgets[%d].Over", i), n) {
-			b.Over = BudgetOver(n - 1)
+		// Unspecified and DENY are deny; an unknown number stays invalid.
+		switch n := pb.GetOver(); n {
+		case agentsafev1.BudgetOver_BUDGET_OVER_UNSPECIFIED:
+		case agentsafev1.BudgetOver_BUDGET_OVER_DENY:
+			b.Over = overDeny
+		case agentsafev1.BudgetOver_BUDGET_OVER_REQUIRE_APPROVAL:
+			b.Over = overRequireApproval
+		default:
+			b.Over = fmt.Sprintf("BudgetOver(%d)", int32(n))
 		}
 		c.Budgets = append(c.Budgets, b)
 	}

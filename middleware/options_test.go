@@ -174,6 +174,8 @@ func TestOutOfRangeOptionValuesNeverBecomeValidOnes(t *testing.T) {
 			method("NegativeQuorum", &agentsafev1.Capability{SideEffect: read, Approval: &agentsafev1.Approval{Quorum: -2}}),
 			method("NegativeDedup", &agentsafev1.Capability{SideEffect: read, Dedup: durationpb.New(-time.Second)}),
 			method("MalformedTimeout", &agentsafev1.Capability{SideEffect: read, Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}}),
+			method("BudgetPer260", &agentsafev1.Capability{SideEffect: read, Budgets: []*agentsafev1.Budget{{Name: "b", Limit: 1, Window: durationpb.New(time.Hour), Per: agentsafev1.BudgetPer(260)}}}),
+			method("BudgetOver7", &agentsafev1.Capability{SideEffect: read, Budgets: []*agentsafev1.Budget{{Name: "b", Limit: 1, Window: durationpb.New(time.Hour), Per: agentsafev1.BudgetPer_BUDGET_PER_ACTOR, Over: agentsafev1.BudgetOver(7)}}}),
 		}}},
 	}
 	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
@@ -200,6 +202,8 @@ func TestOutOfRangeOptionValuesNeverBecomeValidOnes(t *testing.T) {
 		"/range.v1.Range/NegativeQuorum (option): Approval.Quorum: must not be negative",
 		"/range.v1.Range/NegativeDedup (option): Dedup: must not be negative",
 		"/range.v1.Range/MalformedTimeout (option): Timeout: ",
+		`/range.v1.Range/BudgetPer260 (option): Budgets[b].Per: must be one of actor, person, tenant, audience (got "BudgetPer(260)")`,
+		`/range.v1.Range/BudgetOver7 (option): Budgets[b].Over: must be deny or require_approval (got "BudgetOver(7)")`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
@@ -280,10 +284,10 @@ func TestEveryOptionFieldReachesTheCapability(t *testing.T) {
 		ToolName: "charge_card", Exposure: []middleware.Surface{middleware.SurfaceRPC, middleware.SurfaceMCP}, Dedup: 5 * time.Minute,
 		Inline: true,
 		Budgets: []middleware.Budget{
-			{Name: "refunds", Limit: 2000, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "amount", Over: middleware.OverRequireApproval},
-			{Name: "calls", Limit: 20, Window: time.Minute, Per: middleware.PerTenant, Over: middleware.OverDeny},
-			{Name: "tenant-calls", Limit: 5000, Window: time.Hour, Per: middleware.PerAudience},
-			{Name: "actor-calls", Limit: 5, Window: time.Second, Per: middleware.PerActor},
+			{Name: "refunds", Limit: 2000, Window: 24 * time.Hour, Per: "person", Amount: "amount", Over: "require_approval"},
+			{Name: "calls", Limit: 20, Window: time.Minute, Per: "tenant", Over: "deny"},
+			{Name: "tenant-calls", Limit: 5000, Window: time.Hour, Per: "audience"},
+			{Name: "actor-calls", Limit: 5, Window: time.Second, Per: "actor"},
 		},
 	}
 	if !ok || !reflect.DeepEqual(got, want) {

@@ -126,7 +126,7 @@ func duration(d time.Duration) string { return d.String() }
 func snapshotBudgets(bs []Budget) []snapshotBudget {
 	out := make([]snapshotBudget, 0, len(bs))
 	for _, b := range bs {
-		out = append(out, snapshotBudget{Name: b.Name, Limit: b.Limit, Window: duration(b.Window), Per: b.Per.String(), Amount: b.Amount, Over: b.Over.String()})
+		out = append(out, snapshotBudget{Name: b.Name, Limit: b.Limit, Window: duration(b.Window), Per: b.Per, Amount: b.Amount, Over: b.over()})
 	}
 	slices.SortFunc(out, func(a, b snapshotBudget) int { return strings.Compare(a.Name, b.Name) })
 	return out

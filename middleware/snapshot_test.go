@@ -18,8 +18,8 @@ func TestWriteSnapshotIsTheResolvedInventory(t *testing.T) {
 			Retry: middleware.Retry{MaxRetries: 1}, Approval: middleware.Approval{Required: true, Type: "manager", Quorum: 2},
 			Exposure: []middleware.Surface{middleware.SurfaceMCP, middleware.SurfaceHTTP}, Description: "Refund <an> order & more",
 			Budgets: []middleware.Budget{
-				{Name: "refunds", Limit: 200000, Window: 24 * time.Hour, Per: middleware.PerPerson, Amount: "/amountCents", Over: middleware.OverRequireApproval},
-				{Name: "calls", Limit: 20, Window: time.Minute, Per: middleware.PerActor},
+				{Name: "refunds", Limit: 200000, Window: 24 * time.Hour, Per: "person", Amount: "/amountCents", Over: "require_approval"},
+				{Name: "calls", Limit: 20, Window: time.Minute, Per: "actor"},
 			}}).
 		Register("/orders.v1.Orders/Get", middleware.Capability{SideEffect: middleware.SideEffectRead, Timeout: 2 * time.Second, Dedup: time.Minute, ToolName: "get", Inline: true})
 	eng, err := middleware.New(reg, middleware.WithProtoFiles(nil), middleware.WithLogger(discard),

@@ -309,13 +309,15 @@ func (c capabilityJSON) capability() (middleware.Capability, error) {
 	}
 	for i, b := range c.Budgets {
 		mb := middleware.Budget{Name: b.Name, Limit: b.Limit, Amount: b.Amount, Window: dur(fmt.Sprintf("budgets[%d].window", i), b.Window)}
-		if mb.Per, ok = parseName(b.Per, middleware.PerActor, middleware.PerAudience); !ok {
+		switch mb.Per = b.Per; b.Per {
+		case "actor", "person", "tenant", "audience":
+		default:
 			bad("budgets[%d].per %q: want actor, person, tenant or audience", i, b.Per)
 		}
-		if b.Over != "" {
-			if mb.Over, ok = parseName(b.Over, middleware.OverDeny, middleware.OverRequireApproval); !ok {
-				bad("budgets[%d].over %q: want deny or require_approval", i, b.Over)
-			}
+		switch mb.Over = b.Over; b.Over {
+		case "", "deny", "require_approval":
+		default:
+			bad("budgets[%d].over %q: want deny or require_approval", i, b.Over)
 		}
 		out.Budgets = append(out.Budgets, mb)
 	}

@@ -29,7 +29,7 @@ const Procedure = "refund"
 // Budget is the raced budget: everyone spends together, for an hour, so
 // nothing ages out during a run.
 func Budget(limit int64) middleware.Budget {
-	return middleware.Budget{Name: "refunds", Limit: limit, Window: time.Hour, Per: middleware.PerAudience, Amount: "/amount"}
+	return middleware.Budget{Name: "refunds", Limit: limit, Window: time.Hour, Per: "audience", Amount: "/amount"}
 }
 
 // Race is one run.
@@ -183,7 +183,7 @@ func Check(t testing.TB, r Race, res Result, leftovers bool) {
 func StoreClock(t testing.TB, stores [2]store.BudgetStore, advance func(time.Duration)) {
 	t.Helper()
 	const window = time.Hour
-	budget := middleware.Budget{Name: "calls", Limit: 2, Window: window, Per: middleware.PerAudience}
+	budget := middleware.Budget{Name: "calls", Limit: 2, Window: window, Per: "audience"}
 	var engines []*middleware.Engine
 	for i, skew := range []time.Duration{time.Hour, -time.Hour} {
 		eng, err := middleware.New(middleware.NewRegistry().Register("send", middleware.Capability{SideEffect: middleware.SideEffectWrite, Budgets: []middleware.Budget{budget}}),
