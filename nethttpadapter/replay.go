@@ -29,14 +29,17 @@ func (replayCodec) Marshal(a *attemptWriter) ([]byte, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	sent, status := a.sent, a.status
+	var sent sentHeader
+	sent.fields = a.sent.fields
+	status := a.status
 	if status == 0 { // the handler wrote nothing: an implicit 200
-		sent, status = a.header, http.StatusOK
+		sent.take(a.header)
+		status = http.StatusOK
 	}
-	h := make(http.Header, len(sent))
-	for k, v := range sent {
-		if !strings.HasPrefix(k, http.TrailerPrefix) {
-			h[k] = v
+	h := make(http.Header, len(sent.fields))
+	for _, f := range sent.fields {
+		if !strings.HasPrefix(f.key, http.TrailerPrefix) {
+			h[f.key] = f.values
 		}
 	}
 	adapter.DelHeaders(h)
@@ -47,14 +50,14 @@ func (replayCodec) Marshal(a *attemptWriter) ([]byte, error) {
 func (replayCodec) Unmarshal(b []byte) (*attemptWriter, error) {
 	a := &attemptWriter{header: http.Header{}, status: http.StatusOK, sealed: true}
 	if b == nil {
-		a.sent = a.header
 		return a, nil
 	}
 	status, h, body, err := replay.DecodeHTTP(b)
 	if err != nil {
 		return nil, err
 	}
-	a.header, a.sent, a.status = h, h, status
+	a.header, a.status = h, status
+	a.sent.take(h)
 	if len(body) > 0 {
 		a.body = buffer{b: body} // not pooled: release leaves it to the collector
 	}
