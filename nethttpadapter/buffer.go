@@ -150,7 +150,7 @@ func (a *attemptWriter) replay(w http.ResponseWriter, env middleware.Envelope, m
 	adapter.SetHeaders(h, env)
 	trailers := a.trailers(sent, h)
 	if len(trailers) == 0 && bodyAllowed(status) && method != http.MethodHead &&
-		h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
+		first(h["Content-Length"]) == "" && first(h["Transfer-Encoding"]) == "" {
 		// The whole body is known: say its length rather than chunk it.
 		a.length[0] = strconv.Itoa(len(a.body.b))
 		h["Content-Length"] = a.length[:]
@@ -227,4 +227,13 @@ func (s *sentHeader) take(h http.Header) {
 	for k, v := range h {
 		s.fields = append(s.fields, headerField{k, v})
 	}
+}
+
+// first is what Header.Get returns for the values of a canonical name,
+// without canonicalizing it again.
+func first(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	return values[0]
 }

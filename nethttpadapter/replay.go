@@ -13,7 +13,7 @@ import (
 // callerKey is the caller's Idempotency-Key header, every value of it:
 // more than one, or an empty one, is malformed, which the engine reports.
 func callerKey(r *http.Request) string {
-	return adapter.CallerKey(r.Header.Values(adapter.HeaderIdempotencyKey))
+	return adapter.CallerKey(r.Header[adapter.HeaderIdempotencyKey]) // a canonical name: see call
 }
 
 // replayCodec stores a finalized attempt's response, for a repeat with

@@ -253,6 +253,18 @@ func TestEnvelopeHeadersAreReplacedInAnySpelling(t *testing.T) {
 	}
 }
 
+// Adapters read the request's headers by these names directly, as the
+// server stores them (canonical), without canonicalizing them on every call.
+func TestHeaderNamesAreCanonical(t *testing.T) {
+	for _, k := range []string{adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode,
+		adapter.HeaderRetryable, adapter.HeaderIdempotencyKey, adapter.HeaderReplayed, adapter.HeaderApprovalURL,
+		adapter.HeaderApprovalExpires, adapter.HeaderRetryAfter} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("header name %q is not canonical (%q): a lookup by it would miss the header", k, c)
+		}
+	}
+}
+
 // SetMetadata writes what SetHeaders does under lower-case names, and
 // the values of both share one array without one append overwriting the
 // next header's value.
