@@ -29,18 +29,21 @@ func (replayCodec) Marshal(a *attemptWriter) ([]byte, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var sent sentHeader
-	sent.fields = a.sent.fields
+	h := make(http.Header, len(a.header))
+	add := func(k string, v []string) {
+		if !strings.HasPrefix(k, http.TrailerPrefix) {
+			h[k] = v
+		}
+	}
 	status := a.status
 	if status == 0 { // the handler wrote nothing: an implicit 200
-		sent.take(a.header)
+		for k, v := range a.header {
+			add(k, v)
+		}
 		status = http.StatusOK
 	}
-	h := make(http.Header, len(sent.fields))
-	for _, f := range sent.fields {
-		if !strings.HasPrefix(f.key, http.TrailerPrefix) {
-			h[f.key] = f.values
-		}
+	for _, f := range a.sent.fields {
+		add(f.key, f.values)
 	}
 	adapter.DelHeaders(h)
 	return replay.EncodeHTTP(status, h, a.body.b), nil
