@@ -3,10 +3,13 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,12 +19,15 @@ import (
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1"
 	"github.com/agentsafe/agentsafe/internal/testproto/testv1/testv1connect"
 	"github.com/agentsafe/agentsafe/middleware"
+	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 	grpcretry "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	grpctimeout "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/timeout"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sethvargo/go-retry"
 )
 
 // The services answer at once: what is measured is the governance around
@@ -48,16 +54,36 @@ func optionsEngine(b testing.TB) *middleware.Engine {
 	return eng
 }
 
+// inlineEngine is optionsEngine with Read declared Inline: its attempts
+// run on the serving goroutine (the test service's handlers honour their
+// context).
+func inlineEngine(b testing.TB) *middleware.Engine {
+	read, ok := adapter.Resolve(optionsEngine(b), testv1connect.TestServiceReadProcedure).Capability()
+	if !ok {
+		b.Fatal("Read has no capability")
+	}
+	read.Inline = true
+	eng, err := middleware.New(middleware.NewRegistry().
+		Register(testv1connect.TestServiceGatedProcedure, middleware.Capability{SideEffect: middleware.SideEffectWrite}).
+		Register(testv1connect.TestServiceReadProcedure, read), quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
+}
+
 // BenchmarkConnectUnary: one unary Connect call over loopback HTTP/1.1,
-// with and without the agentsafe interceptor.
+// without the agentsafe interceptor, with it, and with Read declared
+// Inline.
 func BenchmarkConnectUnary(b *testing.B) {
-	eng := optionsEngine(b)
+	eng, inline := optionsEngine(b), inlineEngine(b)
 	for _, tc := range []struct {
 		name string
 		opts []connect.HandlerOption
 	}{
 		{"server=bare", nil},
 		{"server=agentsafe", []connect.HandlerOption{connect.WithInterceptors(connectadapter.NewInterceptor(eng))}},
+		{"server=agentsafe-inline", []connect.HandlerOption{connect.WithInterceptors(connectadapter.NewInterceptor(inline))}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			mux := http.NewServeMux()
@@ -87,9 +113,10 @@ func (grpcRead) Read(_ context.Context, r *testv1.Request) (*testv1.Response, er
 
 // BenchmarkGRPCUnary: one unary gRPC call over loopback, bare, with
 // go-grpc-middleware's client retry and timeout interceptors (two
-// retries on Unavailable, one second per attempt), and with agentsafe.
+// retries on Unavailable, one second per attempt), and with agentsafe,
+// default and with Read declared Inline.
 func BenchmarkGRPCUnary(b *testing.B) {
-	eng := optionsEngine(b)
+	eng, inline := optionsEngine(b), inlineEngine(b)
 	for _, tc := range []struct {
 		name   string
 		server []grpc.ServerOption
@@ -101,6 +128,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 			grpcretry.UnaryClientInterceptor(grpcretry.WithMax(2), grpcretry.WithCodes(codes.Unavailable), grpcretry.WithPerRetryTimeout(time.Second)),
 		)}},
 		{"impl=agentsafe", grpcadapter.ServerOptions(eng), nil},
+		{"impl=agentsafe-inline", grpcadapter.ServerOptions(inline), nil},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -131,20 +159,90 @@ func BenchmarkGRPCUnary(b *testing.B) {
 
 // netHTTPCase is the route and handler the net/http benchmarks share: a
 // write declared idempotent with one retry (so the body is replayable),
-// whose handler reads its body and answers.
-func netHTTPCase(b *testing.B) (bare, governed http.Handler) {
-	eng, err := middleware.New(middleware.NewRegistry().Register("upload", middleware.Capability{
-		SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1}}),
-		middleware.WithProtoFiles(nil), quiet)
-	if err != nil {
-		b.Fatal(err)
+// whose handler reads its body and answers; bare, governed by default,
+// governed Inline, and under the standard library's bounded reporting
+// (timeoutRetry).
+type netHTTPImpl struct {
+	name string
+	h    http.Handler
+}
+
+func netHTTPCase(b *testing.B) []netHTTPImpl {
+	upload := middleware.Capability{SideEffect: middleware.SideEffectWrite, Idempotent: true, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1}}
+	engine := func(c middleware.Capability) *middleware.Engine {
+		eng, err := middleware.New(middleware.NewRegistry().Register("upload", c), middleware.WithProtoFiles(nil), quiet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return eng
 	}
+	inline := upload
+	inline.Inline = true
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte{byte(n)})
 	})
-	return handler, nethttpadapter.Wrap(eng, "upload", handler, nethttpadapter.WithMaxBodyBytes(1<<20))
+	return []netHTTPImpl{
+		{"impl=bare", handler},
+		{"impl=agentsafe", nethttpadapter.Wrap(engine(upload), "upload", handler, nethttpadapter.WithMaxBodyBytes(1<<20))},
+		{"impl=agentsafe-inline", nethttpadapter.Wrap(engine(inline), "upload", handler, nethttpadapter.WithMaxBodyBytes(1<<20))},
+		{"impl=timeouthandler", timeoutRetry(handler, time.Second, 1, 1<<20)},
+	}
+}
+
+// timeoutRetry is the same guarantee with the standard library and
+// go-retry: the body read once (at most limit bytes) and replayed to
+// each attempt; each attempt under http.TimeoutHandler (the handler on a
+// goroutine of its own, its response buffered, 503 at the timeout); a
+// 502, 503 or 504 retried up to retries times with go-retry's
+// exponential backoff (250 ms base, a fresh one per request); only the
+// last attempt's response reaches the client.
+func timeoutRetry(h http.Handler, timeout time.Duration, retries uint64, limit int64) http.Handler {
+	th := http.TimeoutHandler(h, timeout, "")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		var last *recorder
+		_ = retry.Do(r.Context(), retry.WithMaxRetries(retries, retry.NewExponential(250*time.Millisecond)), func(ctx context.Context) error {
+			last = &recorder{header: http.Header{}}
+			req := r.WithContext(ctx)
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			th.ServeHTTP(last, req)
+			switch last.status {
+			case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+				return retry.RetryableError(errors.New(http.StatusText(last.status)))
+			}
+			return nil
+		})
+		maps.Copy(w.Header(), last.header)
+		if last.status == 0 {
+			last.status = http.StatusOK
+		}
+		w.WriteHeader(last.status)
+		w.Write(last.body.Bytes())
+	})
+}
+
+// recorder is one attempt's buffered response.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(p)
 }
 
 var bodySizes = []struct {
@@ -153,16 +251,14 @@ var bodySizes = []struct {
 }{{"body=1KiB", 1 << 10}, {"body=64KiB", 64 << 10}}
 
 // BenchmarkNetHTTP: a handler that reads its body and answers, in process,
-// bare and wrapped: the cost of reading the body once and replaying it,
+// bare, governed (default and Inline), and under http.TimeoutHandler with
+// a go-retry loop: the cost of reading the body once and replaying it,
 // and of buffering the response.
 func BenchmarkNetHTTP(b *testing.B) {
-	bare, governed := netHTTPCase(b)
+	impls := netHTTPCase(b)
 	for _, size := range bodySizes {
 		body := bytes.Repeat([]byte("a"), size.n)
-		for _, impl := range []struct {
-			name string
-			h    http.Handler
-		}{{"impl=bare", bare}, {"impl=agentsafe", governed}} {
+		for _, impl := range impls {
 			b.Run(size.name+"/"+impl.name, func(b *testing.B) {
 				b.SetBytes(int64(size.n))
 				defer cpu(b)()
@@ -181,15 +277,12 @@ func BenchmarkNetHTTP(b *testing.B) {
 }
 
 // BenchmarkNetHTTPLoopback: the same over loopback HTTP/1.1, one
-// connection kept alive.
+// connection kept alive (without the TimeoutHandler peer).
 func BenchmarkNetHTTPLoopback(b *testing.B) {
-	bare, governed := netHTTPCase(b)
+	impls := slices.DeleteFunc(netHTTPCase(b), func(i netHTTPImpl) bool { return i.name == "impl=timeouthandler" })
 	for _, size := range bodySizes {
 		body := bytes.Repeat([]byte("a"), size.n)
-		for _, impl := range []struct {
-			name string
-			h    http.Handler
-		}{{"impl=bare", bare}, {"impl=agentsafe", governed}} {
+		for _, impl := range impls {
 			b.Run(size.name+"/"+impl.name, func(b *testing.B) {
 				srv := httptest.NewServer(impl.h)
 				defer srv.Close()

@@ -62,11 +62,12 @@ AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^
 	echo '## Allocations per event'
 	benchstat -col '/sink@(none one)' -filter '.name:EventAllocs' "$out/engine.txt"
 	echo '## Connect and gRPC over loopback'
-	benchstat -col '/server@(bare agentsafe)' -filter '.name:ConnectUnary' "$out/rpc.txt"
-	benchstat -col '/impl@(bare agentsafe)' -filter '.name:GRPCUnary' "$out/rpc.txt"
-	benchstat -col '/impl@(go-grpc-middleware agentsafe)' -filter '.name:GRPCUnary' "$out/rpc.txt"
+	benchstat -col '/server@(bare agentsafe agentsafe-inline)' -filter '.name:ConnectUnary' "$out/rpc.txt"
+	benchstat -col '/impl@(bare agentsafe agentsafe-inline)' -filter '.name:GRPCUnary' "$out/rpc.txt"
+	benchstat -col '/impl@(go-grpc-middleware agentsafe agentsafe-inline)' -filter '.name:GRPCUnary' "$out/rpc.txt"
 	echo '## net/http'
-	benchstat -col '/impl@(bare agentsafe)' -filter '.name:(NetHTTP OR NetHTTPLoopback)' "$out/rpc.txt"
+	benchstat -col '/impl@(bare agentsafe agentsafe-inline)' -filter '.name:(NetHTTP OR NetHTTPLoopback)' "$out/rpc.txt"
+	benchstat -col '/impl@(timeouthandler agentsafe agentsafe-inline)' -filter '.name:NetHTTP' "$out/rpc.txt"
 	echo '## Budgets'
 	benchstat -col '/impl@(none budget)' -filter '.name:(Budget OR BudgetConnect)' "$out/budgets.txt"
 	benchstat -col '/impl@(script reserve)' -filter '.name:Reserve' "$out/budgets.txt"
@@ -94,13 +95,22 @@ ratios() {
 	ratios engine.txt BenchmarkOneRetry/impl=agentsafe BenchmarkOneRetry/impl=failsafe-go 'one retry / failsafe-go' '-'
 	ratios engine.txt BenchmarkSlogSink/impl=agentsafe BenchmarkSlogSink/impl=failsafe-go 'slog sink / failsafe-go listeners logging the same' '<=1.3'
 	ratios engine.txt BenchmarkOTel/impl=agentsafe BenchmarkOTel/impl=failsafe-go 'agentsafeotel / failsafe-go hand-written spans+metrics' '<=1.5'
-	ratios rpc.txt BenchmarkConnectUnary/server=agentsafe BenchmarkConnectUnary/server=bare 'Connect unary, loopback / bare' '<=1.05'
-	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe BenchmarkGRPCUnary/impl=bare 'gRPC unary, loopback / bare' '<=1.05'
-	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe BenchmarkGRPCUnary/impl=go-grpc-middleware 'gRPC unary, loopback / go-grpc-middleware retry+timeout' '<=0.9'
-	ratios rpc.txt BenchmarkNetHTTP/body=1KiB/impl=agentsafe BenchmarkNetHTTP/body=1KiB/impl=bare 'net/http in process, 1 KiB / bare' '<=1.5'
-	ratios rpc.txt BenchmarkNetHTTP/body=64KiB/impl=agentsafe BenchmarkNetHTTP/body=64KiB/impl=bare 'net/http in process, 64 KiB / bare' '<=2'
+	ratios rpc.txt BenchmarkConnectUnary/server=agentsafe BenchmarkConnectUnary/server=bare 'Connect unary, loopback / bare' '<=1.1'
+	ratios rpc.txt BenchmarkConnectUnary/server=agentsafe-inline BenchmarkConnectUnary/server=bare 'Connect unary, loopback, Inline / bare' '<=1.05'
+	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe BenchmarkGRPCUnary/impl=bare 'gRPC unary, loopback / bare' '-'
+	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe BenchmarkGRPCUnary/impl=go-grpc-middleware 'gRPC unary, loopback / go-grpc-middleware retry+timeout' '-'
+	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe-inline BenchmarkGRPCUnary/impl=bare 'gRPC unary, loopback, Inline / bare' '<=1.2'
+	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe-inline BenchmarkGRPCUnary/impl=go-grpc-middleware 'gRPC unary, loopback, Inline / go-grpc-middleware retry+timeout' '<=1.0'
+	ratios rpc.txt BenchmarkNetHTTP/body=1KiB/impl=agentsafe BenchmarkNetHTTP/body=1KiB/impl=bare 'net/http in process, 1 KiB / bare' '-'
+	ratios rpc.txt BenchmarkNetHTTP/body=64KiB/impl=agentsafe BenchmarkNetHTTP/body=64KiB/impl=bare 'net/http in process, 64 KiB / bare' '-'
+	ratios rpc.txt BenchmarkNetHTTP/body=1KiB/impl=agentsafe-inline BenchmarkNetHTTP/body=1KiB/impl=bare 'net/http in process, Inline, 1 KiB / bare' '<=2'
+	ratios rpc.txt BenchmarkNetHTTP/body=64KiB/impl=agentsafe-inline BenchmarkNetHTTP/body=64KiB/impl=bare 'net/http in process, Inline, 64 KiB / bare' '<=2'
+	ratios rpc.txt BenchmarkNetHTTP/body=1KiB/impl=agentsafe BenchmarkNetHTTP/body=1KiB/impl=timeouthandler 'net/http in process, 1 KiB / http.TimeoutHandler + go-retry' '<=1.0'
+	ratios rpc.txt BenchmarkNetHTTP/body=64KiB/impl=agentsafe BenchmarkNetHTTP/body=64KiB/impl=timeouthandler 'net/http in process, 64 KiB / http.TimeoutHandler + go-retry' '<=1.0'
 	ratios rpc.txt BenchmarkNetHTTPLoopback/body=1KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=1KiB/impl=bare 'net/http loopback, 1 KiB / bare' '<=1.1'
 	ratios rpc.txt BenchmarkNetHTTPLoopback/body=64KiB/impl=agentsafe BenchmarkNetHTTPLoopback/body=64KiB/impl=bare 'net/http loopback, 64 KiB / bare' '<=1.1'
+	ratios rpc.txt BenchmarkNetHTTPLoopback/body=1KiB/impl=agentsafe-inline BenchmarkNetHTTPLoopback/body=1KiB/impl=bare 'net/http loopback, Inline, 1 KiB / bare' '-'
+	ratios rpc.txt BenchmarkNetHTTPLoopback/body=64KiB/impl=agentsafe-inline BenchmarkNetHTTPLoopback/body=64KiB/impl=bare 'net/http loopback, Inline, 64 KiB / bare' '-'
 	ratios budgets.txt BenchmarkBudget/impl=budget BenchmarkBudget/impl=none 'governed no-op write in process, one budget (memory) / none' '<=1.15'
 	ratios budgets.txt BenchmarkBudgetConnect/impl=budget BenchmarkBudgetConnect/impl=none 'governed Connect call, one budget (memory) / none' '<=1.15'
 	go run ./cmd/ratio "$out/budgets.txt" ops/s BenchmarkReserve/c=1/impl=reserve BenchmarkReserve/c=1/impl=script 'Redis Reserve / window script, c=1, ops/s' '>=0.8'

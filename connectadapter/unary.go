@@ -21,7 +21,8 @@ func unary(ctx context.Context, route adapter.Route, req connect.AnyRequest, nex
 	if !ok { // connect gives every handler one; fail closed rather than run ungoverned
 		return nil, connect.NewError(connect.CodeInternal, errors.New("agentsafe: no connect.CallInfo in the handler's context"))
 	}
-	call := adapter.Call[*attempt]{ApprovalID: adapter.ApprovalID(req.Header().Values(adapter.HeaderApprovalID)), Surface: adapter.SurfaceRPC, Status: status,
+	// Headers by their canonical names, as the server stores them.
+	call := adapter.Call[*attempt]{ApprovalID: adapter.ApprovalID(req.Header()[adapter.HeaderApprovalID]), Surface: adapter.SurfaceRPC, Status: status,
 		IdempotencyKey: callerKey(req.Header()), Codec: newReplayCodec(req.Spec())}
 	var snapshot proto.Message
 	if msg, ok := req.Any().(proto.Message); ok {

@@ -64,6 +64,15 @@ func (r *route) Capability() (Capability, bool) {
 // input: the cloning decision, made here once for every adapter.
 func (r *route) MayRetry() bool { return r.cap != nil && r.cap.retryAllowed() }
 
+// MayStore reports whether an execution of the route may store or replay
+// a result, and so needs the adapter's codec: the engine has a result
+// store, and the capability has a dedup window, or the call carries a
+// caller's key (keyed) and the capability is write-like (a key on a read
+// is checked and then has no effect). See execution.callerKey.
+func (r *route) MayStore(keyed bool) bool {
+	return r.cap != nil && r.e.cfg.results != nil && (r.cap.Dedup > 0 || keyed && r.cap.SideEffect.WriteLike())
+}
+
 func (r *route) Execute(ctx context.Context, call seam.Call) (any, Envelope, error) {
 	if !r.governed {
 		v, err := call.Attempt.RunAttempt(ctx)

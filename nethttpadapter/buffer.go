@@ -28,8 +28,10 @@ type attemptWriter struct {
 	head   bool // a HEAD request: the body is discarded, as net/http does
 	max    int64
 
+	length [1]string // the replayed Content-Length's value
+
 	mu       sync.Mutex
-	sent     http.Header // the header as of WriteHeader
+	sent     sentHeader // the header as of WriteHeader
 	status   int
 	body     buffer
 	overflow bool
@@ -60,7 +62,7 @@ func (a *attemptWriter) writeHeaderLocked(code int) {
 	}
 	a.status = code
 	if !a.sealed {
-		a.sent = a.header.Clone()
+		a.sent.take(a.header)
 	}
 }
 
@@ -131,14 +133,16 @@ func (a *attemptWriter) outcome(ctx context.Context) error {
 // was when the status was written, the envelope's headers, the status, the
 // body, then the trailers. Call it after seal, on the serving goroutine.
 func (a *attemptWriter) replay(w http.ResponseWriter, env middleware.Envelope, method string) {
-	sent, status := a.sent, a.status
+	status := a.status
 	if status == 0 { // the handler wrote nothing: its header is all there is
-		sent, status = a.header, http.StatusOK
+		a.sent.take(a.header)
+		status = http.StatusOK
 	}
+	sent := a.sent.fields
 	h := w.Header()
-	for k, v := range sent {
-		if !strings.HasPrefix(k, http.TrailerPrefix) { // trailers come last
-			h[k] = v
+	for _, f := range sent {
+		if !strings.HasPrefix(f.key, http.TrailerPrefix) { // trailers come last
+			h[f.key] = f.values
 		}
 	}
 	// The envelope's headers are the engine's alone: a handler's copy (of a
@@ -146,9 +150,10 @@ func (a *attemptWriter) replay(w http.ResponseWriter, env middleware.Envelope, m
 	adapter.SetHeaders(h, env)
 	trailers := a.trailers(sent, h)
 	if len(trailers) == 0 && bodyAllowed(status) && method != http.MethodHead &&
-		h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
+		first(h["Content-Length"]) == "" && first(h["Transfer-Encoding"]) == "" {
 		// The whole body is known: say its length rather than chunk it.
-		h["Content-Length"] = []string{strconv.Itoa(len(a.body.b))}
+		a.length[0] = strconv.Itoa(len(a.body.b))
+		h["Content-Length"] = a.length[:]
 	}
 	w.WriteHeader(status)
 	if len(a.body.b) > 0 {
@@ -166,9 +171,15 @@ func (a *attemptWriter) replay(w http.ResponseWriter, env middleware.Envelope, m
 // keys it declared in the Trailer header before writing, and keys with
 // http.TrailerPrefix; never the envelope's, which are the engine's alone
 // and go in the headers.
-func (a *attemptWriter) trailers(sent, h http.Header) []string {
+func (a *attemptWriter) trailers(sent []headerField, h http.Header) []string {
 	var keys []string
-	for _, v := range sent["Trailer"] {
+	var declared []string
+	for _, f := range sent {
+		if f.key == "Trailer" {
+			declared = f.values
+		}
+	}
+	for _, v := range declared {
 		for k := range strings.SplitSeq(v, ",") {
 			k = http.CanonicalHeaderKey(strings.TrimSpace(k))
 			if _, set := a.header[k]; set && !adapter.IsEnvelopeHeader(k) {
@@ -192,4 +203,37 @@ func (a *attemptWriter) trailers(sent, h http.Header) []string {
 // (RFC 9110 §6.4.1), as net/http decides it.
 func bodyAllowed(status int) bool {
 	return (status < 100 || status > 199) && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// sentHeader is the handler's header as it was when the status was
+// written: what net/http would send, later changes aside. It holds the
+// header's keys and value slices, not copies of the values: a handler
+// changes its header with Set, Add and Del, which replace or extend a
+// key's slice and never write into the one held here. Most responses have
+// a few headers, which fit in buf: no allocation.
+type sentHeader struct {
+	fields []headerField
+	buf    [8]headerField
+}
+
+type headerField struct {
+	key    string
+	values []string
+}
+
+// take notes h as the header sent.
+func (s *sentHeader) take(h http.Header) {
+	s.fields = s.buf[:0]
+	for k, v := range h {
+		s.fields = append(s.fields, headerField{k, v})
+	}
+}
+
+// first is what Header.Get returns for the values of a canonical name,
+// without canonicalizing it again.
+func first(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	return values[0]
 }

@@ -13,7 +13,7 @@ import (
 // callerKey is the caller's Idempotency-Key header, every value of it:
 // more than one, or an empty one, is malformed, which the engine reports.
 func callerKey(r *http.Request) string {
-	return adapter.CallerKey(r.Header.Values(adapter.HeaderIdempotencyKey))
+	return adapter.CallerKey(r.Header[adapter.HeaderIdempotencyKey]) // a canonical name: see call
 }
 
 // replayCodec stores a finalized attempt's response, for a repeat with
@@ -29,15 +29,21 @@ func (replayCodec) Marshal(a *attemptWriter) ([]byte, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	sent, status := a.sent, a.status
-	if status == 0 { // the handler wrote nothing: an implicit 200
-		sent, status = a.header, http.StatusOK
-	}
-	h := make(http.Header, len(sent))
-	for k, v := range sent {
+	h := make(http.Header, len(a.header))
+	add := func(k string, v []string) {
 		if !strings.HasPrefix(k, http.TrailerPrefix) {
 			h[k] = v
 		}
+	}
+	status := a.status
+	if status == 0 { // the handler wrote nothing: an implicit 200
+		for k, v := range a.header {
+			add(k, v)
+		}
+		status = http.StatusOK
+	}
+	for _, f := range a.sent.fields {
+		add(f.key, f.values)
 	}
 	adapter.DelHeaders(h)
 	return replay.EncodeHTTP(status, h, a.body.b), nil
@@ -47,14 +53,14 @@ func (replayCodec) Marshal(a *attemptWriter) ([]byte, error) {
 func (replayCodec) Unmarshal(b []byte) (*attemptWriter, error) {
 	a := &attemptWriter{header: http.Header{}, status: http.StatusOK, sealed: true}
 	if b == nil {
-		a.sent = a.header
 		return a, nil
 	}
 	status, h, body, err := replay.DecodeHTTP(b)
 	if err != nil {
 		return nil, err
 	}
-	a.header, a.sent, a.status = h, h, status
+	a.header, a.status = h, status
+	a.sent.take(h)
 	if len(body) > 0 {
 		a.body = buffer{b: body} // not pooled: release leaves it to the collector
 	}

@@ -49,9 +49,11 @@ func serve(rt adapter.Route, stream bool, h http.Handler, cfg *config, w http.Re
 	writeOutcome(w, env, err, adapter.HTTPStatus(err))
 }
 
-// call is what every governed request hands the engine.
+// call is what every governed request hands the engine. (Headers are read
+// by their canonical names, as the server stores them: Values would
+// canonicalize the name again on every call.)
 func call[T any](r *http.Request) adapter.Call[T] {
-	return adapter.Call[T]{ApprovalID: adapter.ApprovalID(r.Header.Values(adapter.HeaderApprovalID)), Surface: adapter.SurfaceHTTP, Status: status}
+	return adapter.Call[T]{ApprovalID: adapter.ApprovalID(r.Header[adapter.HeaderApprovalID]), Surface: adapter.SurfaceHTTP, Status: status}
 }
 
 // reraiseAbort re-raises a handler's panic with http.ErrAbortHandler on

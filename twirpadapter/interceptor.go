@@ -28,7 +28,8 @@ func interceptor(eng *middleware.Engine) twirp.Interceptor {
 			if !ok { // fail closed: the generated server was mounted, not Wrap's
 				return nil, twirp.InternalError("twirpadapter: serve the *Server that Wrap returned")
 			}
-			call := adapter.Call[*result]{ApprovalID: adapter.ApprovalID(w.req.Values(adapter.HeaderApprovalID)), Surface: adapter.SurfaceRPC, Status: status,
+			// The header by its canonical name, as the server stores it.
+			call := adapter.Call[*result]{ApprovalID: adapter.ApprovalID(w.req[adapter.HeaderApprovalID]), Surface: adapter.SurfaceRPC, Status: status,
 				IdempotencyKey: callerKey(w.req), Codec: newReplayCodec(route.Procedure())}
 			msg, _ := req.(proto.Message) // always one, for generated code
 			var snapshot proto.Message

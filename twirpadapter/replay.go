@@ -15,7 +15,7 @@ import (
 // callerKey is the caller's Idempotency-Key header, every value of it:
 // more than one, or an empty one, is malformed, which the engine reports.
 func callerKey(h http.Header) string {
-	return adapter.CallerKey(h.Values(adapter.HeaderIdempotencyKey))
+	return adapter.CallerKey(h[adapter.HeaderIdempotencyKey]) // canonical, as the server stores it
 }
 
 // replayCodec stores a call's response as its message's binary encoding,

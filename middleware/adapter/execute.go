@@ -84,7 +84,9 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 		t, err := attempt(ctx)
 		return t, middleware.Envelope{}, err
 	}
-	call := c.seam()
+	// The codec's functions only where a result may be stored or replayed:
+	// wrapping it makes four closures.
+	call := c.seam(r.r.MayStore(c.IdempotencyKey != ""))
 	ctx, probe := marked(ctx, r.r, &call)
 	if probe {
 		var zero T
@@ -117,7 +119,7 @@ func ExecuteStream(ctx context.Context, r Route, c Call[struct{}], fn func(ctx c
 	if r.r == nil {
 		return middleware.Envelope{}, fn(ctx)
 	}
-	call := c.seam()
+	call := c.seam(false) // a stream is never stored nor replayed
 	ctx, probe := marked(ctx, r.r, &call)
 	if probe {
 		return middleware.Envelope{}, errProbed
@@ -140,7 +142,7 @@ func Refuse(ctx context.Context, r Route, c Call[struct{}], err *middleware.Erro
 		}
 		return middleware.Envelope{}, err
 	}
-	call := c.seam()
+	call := c.seam(false) // nothing runs: nothing to store
 	ctx, probe := marked(ctx, r.r, &call)
 	if probe {
 		return middleware.Envelope{}, errProbed
@@ -177,12 +179,12 @@ type ErrorCodec interface {
 	UnmarshalError(b []byte) (rebuilt error, err error)
 }
 
-func (c Call[T]) seam() seam.Call {
+func (c Call[T]) seam(withCodec bool) seam.Call {
 	call := seam.Call{ApprovalID: c.ApprovalID, Surface: uint8(c.Surface), Status: c.Status, IdempotencyKey: c.IdempotencyKey}
 	if c.Input != nil {
 		call.Input = c.Input
 	}
-	if c.Codec != nil {
+	if c.Codec != nil && withCodec {
 		codec := c.Codec
 		call.Marshal = func(v any) ([]byte, error) { t, _ := v.(T); return codec.Marshal(t) }
 		call.Unmarshal = func(b []byte) (any, error) { return codec.Unmarshal(b) }

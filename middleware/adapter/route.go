@@ -20,6 +20,7 @@ type engineRoute interface {
 	Procedure() string
 	Capability() (middleware.Capability, bool)
 	MayRetry() bool
+	MayStore(keyed bool) bool
 	// The call goes by value: an interface call would move a pointer to
 	// it to the heap, once per call.
 	Execute(ctx context.Context, call seam.Call) (any, middleware.Envelope, error)

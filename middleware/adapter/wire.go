@@ -134,12 +134,11 @@ func setEnvelope(h map[string][]string, env middleware.Envelope, lower bool) {
 // another execution, and must never shadow this one's.
 func DelHeaders(h http.Header) {
 	const prefix = "agentsafe-"
-	for _, k := range envelopeHeaders {
-		delete(h, k)
-	}
+	// One pass over h, which usually holds a few keys, rather than a
+	// delete per envelope header: every one of them has the prefix, and
+	// the pass also finds a key set by assigning to the map directly, not
+	// in canonical form (clients canonicalize what they receive).
 	for k := range h {
-		// A key set by assigning to the map directly, not in canonical
-		// form: clients canonicalize what they receive.
 		if len(k) > len(prefix) && strings.EqualFold(k[:len(prefix)], prefix) && IsEnvelopeHeader(k) {
 			delete(h, k)
 		}

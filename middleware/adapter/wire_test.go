@@ -241,6 +241,28 @@ func TestEnvelopeHeadersAreReplacedInAnySpelling(t *testing.T) {
 	if len(h) != 1 || h.Get("X-Own") != "kept" {
 		t.Errorf("DelHeaders left %v", h)
 	}
+	// Every envelope header in canonical form, as a handler's Set writes it.
+	h = http.Header{"X-Own": {"kept"}, adapter.HeaderRetryAfter: {"3"}}
+	for _, k := range []string{adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode,
+		adapter.HeaderRetryable, adapter.HeaderReplayed, adapter.HeaderApprovalURL, adapter.HeaderApprovalExpires} {
+		h.Set(k, "relayed")
+	}
+	adapter.DelHeaders(h)
+	if len(h) != 2 || h.Get("X-Own") != "kept" || h.Get(adapter.HeaderRetryAfter) != "3" {
+		t.Errorf("DelHeaders left %v, want only X-Own and Retry-After (not an envelope header)", h)
+	}
+}
+
+// Adapters read the request's headers by these names directly, as the
+// server stores them (canonical), without canonicalizing them on every call.
+func TestHeaderNamesAreCanonical(t *testing.T) {
+	for _, k := range []string{adapter.HeaderExecutionID, adapter.HeaderAttempts, adapter.HeaderApprovalID, adapter.HeaderCode,
+		adapter.HeaderRetryable, adapter.HeaderIdempotencyKey, adapter.HeaderReplayed, adapter.HeaderApprovalURL,
+		adapter.HeaderApprovalExpires, adapter.HeaderRetryAfter} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("header name %q is not canonical (%q): a lookup by it would miss the header", k, c)
+		}
+	}
 }
 
 // SetMetadata writes what SetHeaders does under lower-case names, and
