@@ -53,9 +53,13 @@ type attemptWorker struct {
 	// nil tells it to exit.
 	next *attempt
 	wake chan struct{}
-	// done carries the signal of an attempt that returned in time; its
-	// reader returns the worker to the pool (see attempt.taken).
+	// done carries the signal of an attempt that returned in time, whose
+	// result is then in r; its reader returns the worker to the pool (see
+	// attempt.taken). Both are the worker's, not the attempt's: they are
+	// only used while an attempt runs on it, so an execution's record
+	// need not carry them.
 	done chan struct{}
+	r    attemptResult
 	// parked is the tick the worker parked in; guarded by pool.mu.
 	parked uint64
 	// exited is set before done is signalled when the handler ended its
@@ -69,8 +73,8 @@ func newAttemptWorkers() *attemptWorkers {
 
 // start runs a on a parked worker, or on a new goroutine.
 func (p *attemptWorkers) start(a *attempt) {
-	if a.x.bubbled() {
-		a.done = make(chan struct{}, 1)
+	if a.x.bubbled() { // a goroutine of its own, with a worker of its own that never parks
+		a.w = &attemptWorker{done: make(chan struct{}, 1)}
 		go a.run()
 		return
 	}
@@ -80,14 +84,14 @@ func (p *attemptWorkers) start(a *attempt) {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		a.w, a.done = w, w.done
+		a.w = w
 		w.next = a
 		w.wake <- struct{}{} // buffered, and empty while the worker is parked
 		return
 	}
 	p.mu.Unlock()
 	w := &attemptWorker{pool: p, wake: make(chan struct{}, 1), done: make(chan struct{}, 1)}
-	a.w, a.done = w, w.done
+	a.w = w
 	go w.work(a)
 }
 
@@ -109,7 +113,7 @@ func (w *attemptWorker) work(a *attempt) {
 // put parks w for the next attempt, or tells it to exit when enough
 // workers are parked already.
 func (p *attemptWorkers) put(w *attemptWorker) {
-	if w.exited {
+	if w.exited || p == nil { // gone, or a bubbled attempt's own
 		return
 	}
 	p.mu.Lock()
