@@ -64,6 +64,10 @@ func (r *route) Capability() (Capability, bool) {
 // input: the cloning decision, made here once for every adapter.
 func (r *route) MayRetry() bool { return r.cap != nil && r.cap.retryAllowed() }
 
+// StoresResults reports whether the engine stores results: only then does
+// an execution use the adapter's codec.
+func (r *route) StoresResults() bool { return r.e.cfg.results != nil }
+
 func (r *route) Execute(ctx context.Context, call seam.Call) (any, Envelope, error) {
 	if !r.governed {
 		v, err := call.Attempt.RunAttempt(ctx)

@@ -49,10 +49,16 @@ type attemptWorkers struct {
 
 type attemptWorker struct {
 	pool *attemptWorkers
-	// next is the worker's next attempt, handed over by a signal on wake;
+	// next is the worker's next attempt, handed over by unlocking wake;
 	// nil tells it to exit.
 	next *attempt
-	wake chan struct{}
+	// wake is locked but while a wake-up is on its way: a parked worker
+	// waits to lock it, and the pool unlocks it once per park. A mutex,
+	// not a channel, as the worker lives as long as an attempt is in
+	// flight and a channel is one more allocation for each; workers never
+	// run inside a testing/synctest bubble, where a goroutine waiting on
+	// a mutex would not count as durably blocked.
+	wake sync.Mutex
 	// done carries the signal of an attempt that returned in time, whose
 	// result is then in r; its reader returns the worker to the pool (see
 	// attempt.taken). Both are the worker's, not the attempt's: they are
@@ -86,11 +92,12 @@ func (p *attemptWorkers) start(a *attempt) {
 		p.mu.Unlock()
 		a.w = w
 		w.next = a
-		w.wake <- struct{}{} // buffered, and empty while the worker is parked
+		w.wake.Unlock() // locked while the worker is parked, or about to park
 		return
 	}
 	p.mu.Unlock()
-	w := &attemptWorker{pool: p, wake: make(chan struct{}, 1), done: make(chan struct{}, 1)}
+	w := &attemptWorker{pool: p, done: make(chan struct{}, 1)}
+	w.wake.Lock()
 	a.w = w
 	go w.work(a)
 }
@@ -106,7 +113,7 @@ func (w *attemptWorker) work(a *attempt) {
 			// returns itself.
 			w.pool.put(w)
 		}
-		park(w.wake, nil)
+		park(nil, nil, &w.wake) // until the pool hands over the next attempt, or none
 	}
 }
 
@@ -119,7 +126,7 @@ func (p *attemptWorkers) put(w *attemptWorker) {
 	p.mu.Lock()
 	if len(p.idle) >= p.max {
 		p.mu.Unlock()
-		w.wake <- struct{}{} // with no next attempt: exit
+		w.wake.Unlock() // with no next attempt: exit
 		return
 	}
 	w.parked = p.tick
@@ -144,7 +151,7 @@ func (p *attemptWorkers) reap() {
 	p.tick++
 	n := 0
 	for n < len(p.idle) && p.tick-p.idle[n].parked >= workerIdleTicks {
-		p.idle[n].wake <- struct{}{} // with no next attempt: exit
+		p.idle[n].wake.Unlock() // with no next attempt: exit
 		n++
 	}
 	if n > 0 {

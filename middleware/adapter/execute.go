@@ -85,6 +85,9 @@ func Execute[T any](ctx context.Context, r Route, c Call[T], attempt func(ctx co
 		return t, middleware.Envelope{}, err
 	}
 	call := c.seam()
+	if c.Codec != nil && r.r.StoresResults() { // three closures, made only when they may be used
+		withCodec(&call, c.Codec)
+	}
 	ctx, probe := marked(ctx, r.r, &call)
 	if probe {
 		var zero T
@@ -177,20 +180,23 @@ type ErrorCodec interface {
 	UnmarshalError(b []byte) (rebuilt error, err error)
 }
 
+// seam is the call as the engine takes it, without its codec (see
+// withCodec).
 func (c Call[T]) seam() seam.Call {
 	call := seam.Call{ApprovalID: c.ApprovalID, Surface: uint8(c.Surface), Status: c.Status, IdempotencyKey: c.IdempotencyKey}
 	if c.Input != nil {
 		call.Input = c.Input
 	}
-	if c.Codec != nil {
-		codec := c.Codec
-		call.Marshal = func(v any) ([]byte, error) { t, _ := v.(T); return codec.Marshal(t) }
-		call.Unmarshal = func(b []byte) (any, error) { return codec.Unmarshal(b) }
-		if ec, ok := codec.(ErrorCodec); ok {
-			call.MarshalError, call.UnmarshalError = ec.MarshalError, ec.UnmarshalError
-		}
-	}
 	return call
+}
+
+// withCodec sets call's codec functions from codec, erasing T.
+func withCodec[T any](call *seam.Call, codec Codec[T]) {
+	call.Marshal = func(v any) ([]byte, error) { t, _ := v.(T); return codec.Marshal(t) }
+	call.Unmarshal = func(b []byte) (any, error) { return codec.Unmarshal(b) }
+	if ec, ok := codec.(ErrorCodec); ok {
+		call.MarshalError, call.UnmarshalError = ec.MarshalError, ec.UnmarshalError
+	}
 }
 
 // HandlerError returns the error the handler (or its framework) returned

@@ -20,6 +20,9 @@ type engineRoute interface {
 	Procedure() string
 	Capability() (middleware.Capability, bool)
 	MayRetry() bool
+	// StoresResults reports whether the engine stores results, which is
+	// when an execution needs the adapter's codec.
+	StoresResults() bool
 	// The call goes by value: an interface call would move a pointer to
 	// it to the heap, once per call.
 	Execute(ctx context.Context, call seam.Call) (any, middleware.Envelope, error)
