@@ -507,9 +507,9 @@ type attempt struct {
 	x      *execution
 	n      int
 	state  atomic.Int32
-	// w runs the attempt: its done channel is signalled when the handler
-	// returned before the engine gave up on it, with the result in its r.
-	// Nil for an Inline attempt, which runs on the Execute goroutine.
+	// w runs the attempt; when the handler returned before the engine
+	// gave up on it, the result is in its r (see run). Nil for an Inline
+	// attempt, which runs on the Execute goroutine.
 	w         *attemptWorker
 	abandoned bool // set by the Execute goroutine only
 	// left is what an attempt left behind its deadline needs: made by the
@@ -587,9 +587,12 @@ func (x *execution) startAttempt(n int) *attempt {
 
 // run executes the handler on the attempt's goroutine. Whoever moves the
 // state out of running first owns the outcome: this goroutine (the result
-// is delivered through done) or the Execute goroutine (the attempt was
-// abandoned and the result is reported, never used). It reports whether
-// the result was delivered.
+// is delivered) or the Execute goroutine (the attempt was abandoned and
+// the result is reported, never used). The result is written to the
+// worker's r before the state moves, so the Execute goroutine that sees
+// it returned reads it; then the attempt's context is cancelled, which
+// wakes the Execute goroutine (see await). It reports whether the result
+// was delivered.
 func (a *attempt) run() (delivered bool) {
 	var r attemptResult
 	returned := false
@@ -599,11 +602,11 @@ func (a *attempt) run() (delivered bool) {
 		} else if !returned {
 			a.w.exited = true // runtime.Goexit: this goroutine ends here
 		}
+		a.w.r = r
 		if a.state.CompareAndSwap(attemptRunning, attemptReturned) {
-			a.w.r = r
 			delivered = true
-			a.w.done <- struct{}{} // buffered, and empty: never blocks
 		} else {
+			a.w.r = attemptResult{}
 			a.x.reportAbandoned(a, r)
 			close(a.left.returned)
 		}
@@ -690,27 +693,22 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	// thread that parking and readying would cost.
 	runtime.Gosched()
 	// It usually has: then the context's done channel is never made.
-	done := a.w.done
-	select {
-	case <-done:
+	if a.state.Load() == attemptReturned {
 		return x.settle(a, x.took(a))
-	default:
 	}
-	select {
-	case <-done:
+	// The attempt's goroutine cancels its context once its result is
+	// delivered, so waiting for the context alone wakes this one
+	// whichever comes first: no channel of the attempt's own, and one
+	// waiter, where a select on two would hold two while it is in flight.
+	<-a.Done()
+	// A result returned in time, or at the same moment the deadline
+	// fired, wins.
+	if a.state.Load() == attemptReturned {
 		return x.settle(a, x.took(a))
-	case <-a.Done():
-	}
-	// A result returned at the same moment the deadline fired wins.
-	select {
-	case <-done:
-		return x.settle(a, x.took(a))
-	default:
 	}
 	a.left = &leftBehind{returned: make(chan struct{})}
 	if !a.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
-		<-done // it returned just now; its signal is on the way
-		return x.settle(a, x.took(a))
+		return x.settle(a, x.took(a)) // it returned just now: its result is written
 	}
 	a.abandoned = true
 	x.cap.abandoned.Add(1)
@@ -797,8 +795,8 @@ func (x *execution) overran(a *attempt, now time.Time) {
 	}
 }
 
-// result takes the result of an attempt whose signal was received, and
-// hands its worker back.
+// result takes the result of an attempt seen returned, and hands its
+// worker back.
 func (a *attempt) result() attemptResult {
 	r := a.w.r
 	a.w.r = attemptResult{}

@@ -214,7 +214,7 @@ func (s *sinkQueue) work(gen uint64, retry bool) {
 				idle = time.NewTimer(sinkIdle)
 			}
 			s.mu.Unlock()
-			if park(s.wake, idle.C, nil) {
+			if park(s.wake, idle.C) {
 				continue
 			}
 			s.mu.Lock()
@@ -346,15 +346,10 @@ func (s *sinkQueue) stallAfter() time.Duration {
 // park blocks an idle worker of the engine (a sink's, an attempt's) until
 // it is woken (true) or its idle timer fires (false). Idle workers are
 // parked here and nowhere else, which is how leak checks tell them from
-// workers stuck in a call (testenv.IgnoreIdleSinkWorkers). An attempt
-// worker is woken by unlocking its locked mutex m (see attemptWorker).
+// workers stuck in a call (testenv.IgnoreIdleSinkWorkers).
 //
 //go:noinline
-func park(wake <-chan struct{}, idle <-chan time.Time, m *sync.Mutex) bool {
-	if m != nil {
-		m.Lock()
-		return true
-	}
+func park(wake <-chan struct{}, idle <-chan time.Time) bool {
 	select {
 	case <-wake:
 		return true

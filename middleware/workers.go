@@ -16,10 +16,9 @@ import (
 // serving goroutine yields back (see execution.await).
 //
 // A worker runs one attempt at a time. It goes back to the pool when the
-// engine has taken its attempt's result (the worker's done channel is then
-// empty, so a later attempt's signal can never be mistaken for an earlier
-// one's), or, for an attempt the engine abandoned, when the handler
-// finally returns. Workers belong to one Engine, start on demand, and exit
+// engine has taken its attempt's result (its slot is then empty, so a
+// later attempt's result can never be mistaken for an earlier one's), or,
+// for an attempt the engine abandoned, when the handler finally returns. Workers belong to one Engine, start on demand, and exit
 // after about a second parked, so an engine needs no Close.
 //
 // Inside a testing/synctest bubble attempts get a goroutine each, as a
@@ -49,27 +48,19 @@ type attemptWorkers struct {
 
 type attemptWorker struct {
 	pool *attemptWorkers
-	// next is the worker's next attempt, handed over by unlocking wake;
+	// next is the worker's next attempt, handed over by a signal on wake;
 	// nil tells it to exit.
 	next *attempt
-	// wake is locked but while a wake-up is on its way: a parked worker
-	// waits to lock it, and the pool unlocks it once per park. A mutex,
-	// not a channel, as the worker lives as long as an attempt is in
-	// flight and a channel is one more allocation for each; workers never
-	// run inside a testing/synctest bubble, where a goroutine waiting on
-	// a mutex would not count as durably blocked.
-	wake sync.Mutex
-	// done carries the signal of an attempt that returned in time, whose
-	// result is then in r; its reader returns the worker to the pool (see
-	// attempt.taken). Both are the worker's, not the attempt's: they are
-	// only used while an attempt runs on it, so an execution's record
-	// need not carry them.
-	done chan struct{}
-	r    attemptResult
+	wake chan struct{}
+	// r is the result of an attempt that returned in time; whoever takes
+	// it returns the worker to the pool (see attempt.taken). It is the
+	// worker's, not the attempt's: only used while an attempt runs on it,
+	// so an execution's record need not carry it.
+	r attemptResult
 	// parked is the tick the worker parked in; guarded by pool.mu.
 	parked uint64
-	// exited is set before done is signalled when the handler ended its
-	// goroutine (runtime.Goexit): the worker is gone.
+	// exited is set before the result is delivered when the handler ended
+	// its goroutine (runtime.Goexit): the worker is gone.
 	exited bool
 }
 
@@ -80,7 +71,7 @@ func newAttemptWorkers() *attemptWorkers {
 // start runs a on a parked worker, or on a new goroutine.
 func (p *attemptWorkers) start(a *attempt) {
 	if a.x.bubbled() { // a goroutine of its own, with a worker of its own that never parks
-		a.w = &attemptWorker{done: make(chan struct{}, 1)}
+		a.w = new(attemptWorker)
 		go a.run()
 		return
 	}
@@ -92,12 +83,11 @@ func (p *attemptWorkers) start(a *attempt) {
 		p.mu.Unlock()
 		a.w = w
 		w.next = a
-		w.wake.Unlock() // locked while the worker is parked, or about to park
+		w.wake <- struct{}{} // buffered, and empty while the worker is parked
 		return
 	}
 	p.mu.Unlock()
-	w := &attemptWorker{pool: p, done: make(chan struct{}, 1)}
-	w.wake.Lock()
+	w := &attemptWorker{pool: p, wake: make(chan struct{}, 1)}
 	a.w = w
 	go w.work(a)
 }
@@ -113,7 +103,7 @@ func (w *attemptWorker) work(a *attempt) {
 			// returns itself.
 			w.pool.put(w)
 		}
-		park(nil, nil, &w.wake) // until the pool hands over the next attempt, or none
+		park(w.wake, nil)
 	}
 }
 
@@ -126,7 +116,7 @@ func (p *attemptWorkers) put(w *attemptWorker) {
 	p.mu.Lock()
 	if len(p.idle) >= p.max {
 		p.mu.Unlock()
-		w.wake.Unlock() // with no next attempt: exit
+		w.wake <- struct{}{} // with no next attempt: exit
 		return
 	}
 	w.parked = p.tick
@@ -151,7 +141,7 @@ func (p *attemptWorkers) reap() {
 	p.tick++
 	n := 0
 	for n < len(p.idle) && p.tick-p.idle[n].parked >= workerIdleTicks {
-		p.idle[n].wake.Unlock() // with no next attempt: exit
+		p.idle[n].wake <- struct{}{} // with no next attempt: exit
 		n++
 	}
 	if n > 0 {
