@@ -27,8 +27,18 @@ var quiet = middleware.WithLogger(slog.New(slog.DiscardHandler))
 // one-second timeout per attempt, and a backoff too short to measure
 // (go-retry's exponential backoff needs a positive base).
 func engine(b testing.TB, opts ...middleware.Option) *middleware.Engine {
+	return engineOf(b, false, opts...)
+}
+
+// inlineEngine is engine with the capability declared Inline: its
+// attempts run on the caller's goroutine (SPEC §3).
+func inlineEngine(b testing.TB, opts ...middleware.Option) *middleware.Engine {
+	return engineOf(b, true, opts...)
+}
+
+func engineOf(b testing.TB, inline bool, opts ...middleware.Option) *middleware.Engine {
 	eng, err := middleware.New(middleware.NewRegistry().Register(procRead, middleware.Capability{
-		SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}}),
+		SideEffect: middleware.SideEffectRead, Timeout: time.Second, Retry: middleware.Retry{MaxRetries: 1, Backoff: time.Nanosecond}, Inline: inline}),
 		append([]middleware.Option{middleware.WithProtoFiles(nil), quiet}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
@@ -63,6 +73,8 @@ func governed(ctx context.Context, eng *middleware.Engine, fn func(context.Conte
 // executor does the same retry+timeout work synchronously (Get, on the
 // caller's goroutine: a handler that ignores its context holds the caller)
 // and asynchronously (GetAsync, a goroutine per execution).
+// agentsafe-inline is the same capability declared Inline, which makes
+// Get's trade: its peer is failsafe-go's Get.
 func BenchmarkGoverned(b *testing.B) {
 	ctx := context.Background()
 	b.Run("impl=floor", func(b *testing.B) {
@@ -73,6 +85,13 @@ func BenchmarkGoverned(b *testing.B) {
 	})
 	b.Run("impl=agentsafe", func(b *testing.B) {
 		eng := engine(b)
+		defer cpu(b)()
+		for b.Loop() {
+			governed(ctx, eng, noop)
+		}
+	})
+	b.Run("impl=agentsafe-inline", func(b *testing.B) {
+		eng := inlineEngine(b)
 		defer cpu(b)()
 		for b.Loop() {
 			governed(ctx, eng, noop)

@@ -57,6 +57,21 @@ func BenchmarkSlogSink(b *testing.B) {
 		}
 		drained(b, eng)
 	})
+	// The sink registered with SinkInline (no worker, no queue: it runs on
+	// the execution's goroutine), the capability as before, then Inline too
+	// (failsafe-go's Get runs the function on the caller's goroutine).
+	for _, tc := range []struct {
+		name   string
+		inline bool
+	}{{"impl=agentsafe-sinkinline", false}, {"impl=agentsafe-inline", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			eng := engineOf(b, tc.inline, middleware.WithEventSink(middleware.NewSlogSink(slog.New(slog.NewTextHandler(io.Discard, nil))), middleware.SinkInline()))
+			defer cpu(b)()
+			for b.Loop() {
+				governed(ctx, eng, noop)
+			}
+		})
+	}
 	b.Run("impl=failsafe-go", func(b *testing.B) {
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		side := middleware.SideEffectRead.String()
@@ -112,6 +127,20 @@ func BenchmarkOTel(b *testing.B) {
 			b.Fatal(err)
 		}
 		eng := engine(b, inst.EngineOption())
+		defer cpu(b)()
+		for b.Loop() {
+			governed(ctx, eng, noop)
+		}
+	})
+	// The same with the capability declared Inline (the instrumentation
+	// is the engine's tracer, called on the execution's goroutine already).
+	b.Run("impl=agentsafe-inline", func(b *testing.B) {
+		tp, mp := otelProviders()
+		inst, err := agentsafeotel.New(agentsafeotel.WithTracerProvider(tp), agentsafeotel.WithMeterProvider(mp))
+		if err != nil {
+			b.Fatal(err)
+		}
+		eng := inlineEngine(b, inst.EngineOption())
 		defer cpu(b)()
 		for b.Loop() {
 			governed(ctx, eng, noop)

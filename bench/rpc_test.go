@@ -54,10 +54,10 @@ func optionsEngine(b testing.TB) *middleware.Engine {
 	return eng
 }
 
-// inlineEngine is optionsEngine with Read declared Inline: its attempts
+// inlineRPCEngine is optionsEngine with Read declared Inline: its attempts
 // run on the serving goroutine (the test service's handlers honour their
 // context).
-func inlineEngine(b testing.TB) *middleware.Engine {
+func inlineRPCEngine(b testing.TB) *middleware.Engine {
 	read, ok := adapter.Resolve(optionsEngine(b), testv1connect.TestServiceReadProcedure).Capability()
 	if !ok {
 		b.Fatal("Read has no capability")
@@ -76,7 +76,7 @@ func inlineEngine(b testing.TB) *middleware.Engine {
 // without the agentsafe interceptor, with it, and with Read declared
 // Inline.
 func BenchmarkConnectUnary(b *testing.B) {
-	eng, inline := optionsEngine(b), inlineEngine(b)
+	eng, inline := optionsEngine(b), inlineRPCEngine(b)
 	for _, tc := range []struct {
 		name string
 		opts []connect.HandlerOption
@@ -116,7 +116,7 @@ func (grpcRead) Read(_ context.Context, r *testv1.Request) (*testv1.Response, er
 // retries on Unavailable, one second per attempt), and with agentsafe,
 // default and with Read declared Inline.
 func BenchmarkGRPCUnary(b *testing.B) {
-	eng, inline := optionsEngine(b), inlineEngine(b)
+	eng, inline := optionsEngine(b), inlineRPCEngine(b)
 	for _, tc := range []struct {
 		name   string
 		server []grpc.ServerOption

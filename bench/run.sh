@@ -13,8 +13,9 @@ count=${COUNT:-10}
 mkdir -p "$out"
 run() { echo "+ $*" >&2; "$@"; }
 
-# In process: the governed no-op read against the floor and failsafe-go,
-# one retry, the sink path (slog, OTel) and allocations per event.
+# In process: the governed no-op read against the floor and failsafe-go
+# (and, Inline, against failsafe-go's Get), one retry, the sink path (slog
+# with its worker and with SinkInline, OTel) and allocations per event.
 # The sinks at fewer calls per run: a run measures its queue's backlog too
 # (see drained in events_test.go), which grows with the run's length.
 run go test -run '^$' -bench '^(BenchmarkGoverned|BenchmarkOneRetry)$' \
@@ -57,6 +58,9 @@ AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^
 	benchstat -col '/impl@(floor agentsafe)' -filter '.name:Governed' "$out/engine.txt"
 	benchstat -col '/impl@(failsafe-go agentsafe)' -filter '.name:Governed' "$out/engine.txt"
 	benchstat -col '/impl@(failsafe-go-async agentsafe)' -filter '.name:Governed' "$out/engine.txt"
+	echo '## Inline: governed vs failsafe-go Get; slog with SinkInline; OTel'
+	benchstat -col '/impl@(failsafe-go agentsafe-inline)' -filter '.name:(Governed OR OTel)' "$out/engine.txt"
+	benchstat -col '/impl@(failsafe-go agentsafe-sinkinline agentsafe-inline)' -filter '.name:SlogSink' "$out/engine.txt"
 	echo '## One retry, slog sink, OTel'
 	benchstat -col '/impl@(failsafe-go agentsafe)' -filter '.name:(OneRetry OR SlogSink OR OTel)' "$out/engine.txt"
 	echo '## Allocations per event'
@@ -92,9 +96,13 @@ ratios() {
 	ratios engine.txt BenchmarkGoverned/impl=agentsafe BenchmarkGoverned/impl=floor 'governed no-op read / floor' '<=1.1'
 	ratios engine.txt BenchmarkGoverned/impl=agentsafe BenchmarkGoverned/impl=failsafe-go 'governed no-op read / failsafe-go Get' '<=1.0'
 	ratios engine.txt BenchmarkGoverned/impl=agentsafe BenchmarkGoverned/impl=failsafe-go-async 'governed no-op read / failsafe-go GetAsync' '<=0.5'
+	ratios engine.txt BenchmarkGoverned/impl=agentsafe-inline BenchmarkGoverned/impl=failsafe-go 'Inline governed no-op read / failsafe-go Get' '<=1.0'
 	ratios engine.txt BenchmarkOneRetry/impl=agentsafe BenchmarkOneRetry/impl=failsafe-go 'one retry / failsafe-go' '-'
 	ratios engine.txt BenchmarkSlogSink/impl=agentsafe BenchmarkSlogSink/impl=failsafe-go 'slog sink / failsafe-go listeners logging the same' '<=1.3'
+	ratios engine.txt BenchmarkSlogSink/impl=agentsafe-sinkinline BenchmarkSlogSink/impl=failsafe-go 'slog sink with SinkInline / failsafe-go listeners logging the same' '<=1.3'
+	ratios engine.txt BenchmarkSlogSink/impl=agentsafe-inline BenchmarkSlogSink/impl=failsafe-go 'slog sink with SinkInline, Inline capability / failsafe-go listeners logging the same' '<=1.3'
 	ratios engine.txt BenchmarkOTel/impl=agentsafe BenchmarkOTel/impl=failsafe-go 'agentsafeotel / failsafe-go hand-written spans+metrics' '<=1.5'
+	ratios engine.txt BenchmarkOTel/impl=agentsafe-inline BenchmarkOTel/impl=failsafe-go 'agentsafeotel, Inline capability / failsafe-go hand-written spans+metrics' '<=1.5'
 	ratios rpc.txt BenchmarkConnectUnary/server=agentsafe BenchmarkConnectUnary/server=bare 'Connect unary, loopback / bare' '<=1.1'
 	ratios rpc.txt BenchmarkConnectUnary/server=agentsafe-inline BenchmarkConnectUnary/server=bare 'Connect unary, loopback, Inline / bare' '<=1.05'
 	ratios rpc.txt BenchmarkGRPCUnary/impl=agentsafe BenchmarkGRPCUnary/impl=bare 'gRPC unary, loopback / bare' '-'

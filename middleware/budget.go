@@ -223,9 +223,7 @@ func (x *execution) reserveBudgets() ([]string, *Error) {
 	if budgets == nil { // New refuses this; never trust that it ran
 		return nil, &Error{Code: CodeBudgetUnavailable, Message: "the capability has budgets, but this engine has no budget store (WithBudgetStore)", Retryable: true}
 	}
-	if x.spends = x.spend1[:]; len(rules) > 1 {
-		x.spends = make([]spend, len(rules))
-	}
+	x.spends = make([]spend, len(rules))
 	var reasons []string
 	for i, r := range rules {
 		n, err := x.amountOf(i, r)
@@ -335,7 +333,7 @@ func (x *execution) overdraw() *Error {
 		if err != nil {
 			if x.consumed {
 				x.consumed = false
-				x.e.release(x.ctx, x.approvalID, x.id)
+				x.e.release(x.ctx, x.approvalID(), x.id)
 			}
 			return err
 		}

@@ -56,9 +56,9 @@ func ExecutionFromContext(ctx context.Context) (Execution, bool) {
 		ID:             x.id,
 		IdempotencyKey: x.idempotencyKey,
 		Attempt:        a.n,
-		Procedure:      x.proc,
+		Procedure:      x.proc(),
 		Actor:          x.actor,
-		Approval:       x.approval,
+		Approval:       x.approval(),
 		ApprovedState:  x.approvedState(),
 	}, true
 }

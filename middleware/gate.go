@@ -81,7 +81,7 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reasons []str
 	rec, err := approvals.Create(x.ctx, x.previewed(store.ApprovalRequest{
 		ID:          store.NewApprovalID(),
 		Audience:    x.e.cfg.audience,
-		Procedure:   x.proc,
+		Procedure:   x.proc(),
 		Type:        c.Approval.Type,
 		Quorum:      c.Approval.Quorum,
 		Requester:   x.actor,
@@ -97,11 +97,11 @@ func (x *execution) requestApproval(approvals store.ApprovalStore, reasons []str
 	if err != nil {
 		return x.storeError(err)
 	}
-	x.approvalID, x.hints.expires = rec.ID, rec.ExpiresAt
+	x.extra().approvalID, x.extra().hints.expires = rec.ID, rec.ExpiresAt
 	x.emit(Event{Type: EventApprovalRequested, ApprovalID: rec.ID, Reason: strings.Join(reasons, "; ")})
-	msg := fmt.Sprintf("%s needs an approval", x.proc)
+	msg := fmt.Sprintf("%s needs an approval", x.proc())
 	if c.Approval.Type != "" {
-		msg = fmt.Sprintf("%s needs an approval by a %s", x.proc, c.Approval.Type)
+		msg = fmt.Sprintf("%s needs an approval by a %s", x.proc(), c.Approval.Type)
 	}
 	return &Error{Code: CodeApprovalRequired, Message: msg + "; once approved, call again with the same input and header " + seam.HeaderApprovalID + ": " + rec.ID}
 }
@@ -115,12 +115,12 @@ func (x *execution) approvalView() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return view(x.ctx, x.proc, in)
+	return view(x.ctx, x.proc(), in)
 }
 
 func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 	id := x.call.ApprovalID
-	x.approvalID = id
+	x.extra().approvalID = id
 	// The effect as the state is now, before the consumption checks it
 	// against the approved one.
 	if err := x.runPreview(); err != nil {
@@ -128,7 +128,7 @@ func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 	}
 	req := store.ConsumeRequest{
 		Audience:    x.e.cfg.audience,
-		Procedure:   x.proc,
+		Procedure:   x.proc(),
 		Type:        x.cap.Approval.Type,
 		Quorum:      x.cap.Approval.Quorum,
 		Actor:       x.actor,
@@ -136,7 +136,7 @@ func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 		ExecutionID: x.id,
 		Lease:       x.cap.lease,
 	}
-	req.PreviewDigest = x.preview.digest
+	req.PreviewDigest = x.preview().digest
 	got, err := x.consume(approvals, id, req)
 	if errors.Is(err, store.ErrApprovalPending) {
 		got, err = x.undecided(approvals, id, req, err) // wait.go
@@ -153,7 +153,7 @@ func (x *execution) consumeApproval(approvals store.ApprovalStore) *Error {
 	// Derived from the approval, so that if the same approval could ever run
 	// twice (a Redis failover), the downstream still sees one key.
 	x.idempotencyKey = ids.Derive(idempotencyKeyPrefix, id)
-	x.approval = &got
+	x.extra().approval = &got
 	x.emit(Event{Type: EventApprovalConsumed, ApprovalID: id, Approver: ref(got.Approver), Comment: got.Comment})
 	return nil
 }
@@ -249,11 +249,12 @@ func (x *execution) recordOutcome(code Code) {
 	x.mu.Lock()
 	x.final = true // from here on, a late attempt records itself
 	last := x.last
-	left := last != nil && (last.abandoned || last.returnedLate) // or an Inline attempt that returned late
-	late, returned := Code(0), false
-	if left {
-		late, returned = last.late, last.returnedLate
+	var late Code
+	var returned bool
+	if last != nil {
+		late, _, returned = last.returnedLate()
 	}
+	left := last != nil && (last.abandoned || returned) // or an Inline attempt that returned late
 	x.mu.Unlock()
 	switch {
 	case left && returned:
@@ -280,7 +281,7 @@ func (x *execution) recordLate(code Code) {
 func (x *execution) storeOutcome(o store.Outcome) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
-	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID, x.id, o)
+	_ = x.e.cfg.store.RecordOutcome(ctx, x.approvalID(), x.id, o)
 }
 
 // Decide records an approver's decision through the engine's store and

@@ -41,7 +41,7 @@ func (x *execution) hint(env *Envelope) {
 	if c := env.Error.Code; c != CodeApprovalRequired && c != CodeApprovalPending {
 		return
 	}
-	env.ExpiresAt = x.hints.expires
+	env.ExpiresAt = x.more.hints.expires
 	env.ApprovalURL = x.e.approvalURL(env.ApprovalID)
 }
 

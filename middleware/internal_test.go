@@ -70,11 +70,11 @@ func TestResultBeatsADeadlineThatFiredAtTheSameMoment(t *testing.T) {
 	}
 	for range 200 {
 		x := e.open(context.Background(), "/r", seam.Call{}, e.caps["/r"], false)
-		a := &attempt{x: x, n: 1, done: make(chan struct{}, 1), r: attemptResult{v: "done"}}
+		a := &attempt{x: x, n: 1, w: &attemptWorker{r: attemptResult{v: "done"}}}
 		var cancel context.CancelCauseFunc
 		a.Context, cancel = context.WithCancelCause(context.Background())
 		a.cancel = func() { cancel(context.Canceled) }
-		a.done <- struct{}{}
+		a.state.Store(attemptReturned)
 		cancel(errAttemptTimeout)
 		v, err := x.await(a)
 		if err != nil || v != "done" {

@@ -64,5 +64,5 @@ func (x *execution) settleNoEffect() {
 	x.consumed = false
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
-	_ = x.e.cfg.store.Release(ctx, x.approvalID, x.id)
+	_ = x.e.cfg.store.Release(ctx, x.approvalID(), x.id)
 }

@@ -45,18 +45,18 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call s
 		// (and the budgets, by finish).
 		if x.consumed {
 			x.consumed = false
-			x.e.release(x.ctx, x.approvalID, x.id)
+			x.e.release(x.ctx, x.approvalID(), x.id)
 		}
 		return x.finish(nil, x.cancelled())
 	}
-	started := Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID}
+	started := Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID()}
 	if x.e.observed {
 		x.budgetFields(&started)
 	}
 	if err := x.unaudited(x.emit(started)); err != nil {
 		if x.consumed { // nothing ran: the approval is given back
 			x.consumed = false
-			x.e.release(x.ctx, x.approvalID, x.id)
+			x.e.release(x.ctx, x.approvalID(), x.id)
 		}
 		return x.finish(nil, err)
 	}
@@ -90,59 +90,118 @@ func (e *Engine) notFound(procedure string) *Error {
 
 // execution is the state of one governed call. Only the goroutine running
 // Execute writes it after open; attempt goroutines read what was written
-// before they started.
+// before they started. It is allocated on every call and lives as long as
+// the call is in flight, so what only some calls need (approvals,
+// policies, previews, a failed actor) is in more, allocated when first
+// written, and the fields are ordered to leave no padding: the record
+// fits the allocator's 512-byte class.
 type execution struct {
 	e              *Engine
-	cap            *capability
-	proc           string
+	cap            *capability // its procedure is the execution's
 	call           seam.Call
 	ctx            context.Context // the caller's, with the tracer's values
 	sinkCtx        context.Context // ctx, never cancelled
 	id             string
 	idempotencyKey string
 	actor          Actor
-	actorErr       error
 	digest         string // plain, for approvals
 	eventDigest    string // keyed when configured
-	bindErr        error  // why the input does not bind, once tried
-	inputRead      bool   // a policy read the input (or its digest)
-	json           []byte // the input as policies read it, once rendered
-	hidden         bool   // stage 2.0 answered it as absent
-	approvalID     string
-	approval       *store.ConsumedApproval
-	preview        previewed
-	consumed       bool   // an approval was consumed: its outcome is recorded
-	keyed          *keyed // the caller's key or a dedup window, when the engine stores results
-	streaming      bool
+	more           *executionMore
+	keyed          *keyed         // the caller's key or a dedup window, when the engine stores results
 	endTrace       func(Envelope) // the tracer's, or nil
 	start          time.Time
-	attempts       int
-	finalized      atomic.Bool
-	// mu guards final and last: whether finish has run, and the latest
-	// attempt, so that an attempt left running at finalization records its
-	// own result in the approval record exactly once.
-	mu    sync.Mutex
-	final bool
-	last  *attempt
+	// spends are what the execution did with each budget of its
+	// capability (budget.go).
+	spends []spend
+	// last is the latest attempt; guarded by mu.
+	last *attempt
 	// emitting admits one sink delivery at a time per execution, in order.
 	// A channel, not a sync.Mutex: a goroutine waiting on a channel is
 	// durably blocked for testing/synctest, one waiting on a mutex is not.
 	emitting chan struct{}
-	first    attempt // attempt 1 lives here: one allocation less
 	// callerLeft is when the caller's context ended (unix nanoseconds),
 	// recorded for Inline attempts, which measure their overrun from it.
 	callerLeft atomic.Int64
-
-	// hints are what an envelope asking for a decision tells (hints.go).
-	hints approvalHints
-	// spends are what the execution did with each budget of its
-	// capability (budget.go); a capability's only budget lives in spend1,
-	// one allocation less.
-	spends []spend
-	spend1 [1]spend
+	first      attempt // attempt 1 lives here: one allocation less
+	attempts   int32
 	// noEffects counts the attempts that returned NoEffect in time
 	// (noeffect.go).
-	noEffects int
+	noEffects int32
+	finalized atomic.Bool
+	// mu guards final and last: whether finish has run, and the latest
+	// attempt, so that an attempt left running at finalization records its
+	// own result in the approval record exactly once.
+	mu        sync.Mutex
+	final     bool
+	hidden    bool // stage 2.0 answered it as absent
+	consumed  bool // an approval was consumed: its outcome is recorded
+	streaming bool
+}
+
+// executionMore is the state of an execution that only some calls have,
+// allocated by extra when first written.
+type executionMore struct {
+	actorErr   error
+	bindErr    error  // why the input does not bind, once tried
+	json       []byte // the input as policies read it, once rendered
+	approvalID string
+	approval   *store.ConsumedApproval
+	preview    previewed
+	// hints are what an envelope asking for a decision tells (hints.go).
+	hints     approvalHints
+	inputRead bool // a policy read the input (or its digest)
+}
+
+// extra returns x.more, allocating it: for writers, on the Execute
+// goroutine before any attempt starts.
+func (x *execution) extra() *executionMore {
+	if x.more == nil {
+		x.more = new(executionMore)
+	}
+	return x.more
+}
+
+// proc is the execution's procedure.
+func (x *execution) proc() string { return x.cap.procedure }
+
+// approvalID is the approval the execution requested or consumed, or "".
+func (x *execution) approvalID() string {
+	if x.more == nil {
+		return ""
+	}
+	return x.more.approvalID
+}
+
+// actorErr is why the actor function failed, or nil.
+func (x *execution) actorErr() error {
+	if x.more == nil {
+		return nil
+	}
+	return x.more.actorErr
+}
+
+// approval is the approval the execution consumed, or nil.
+func (x *execution) approval() *store.ConsumedApproval {
+	if x.more == nil {
+		return nil
+	}
+	return x.more.approval
+}
+
+// preview is what the capability's preview computed, if it ran.
+func (x *execution) preview() previewed {
+	if x.more == nil {
+		return previewed{}
+	}
+	return x.more.preview
+}
+
+// bindErr is why the input does not bind, once tried, or nil.
+func (x *execution) bindErr() error {
+	if x.more == nil {
+		return nil
+	}
+	return x.more.bindErr
 }
 
 // open starts stage 2: the execution's ids and its actor. Nothing is
@@ -157,9 +216,12 @@ func (e *Engine) opened(ctx context.Context, proc string, call seam.Call, c *cap
 	if c == nil { // a governed call with no capability: only refused
 		c = &capability{procedure: proc}
 	}
-	x := &execution{e: e, cap: c, proc: proc, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
+	x := &execution{e: e, cap: c, call: call, ctx: ctx, start: e.cfg.now(), streaming: streaming}
 	x.id, x.idempotencyKey = ids.Pair(executionIDPrefix, idempotencyKeyPrefix)
-	x.actor, x.actorErr = a, actorErr
+	x.actor = a
+	if actorErr != nil {
+		x.extra().actorErr = actorErr
+	}
 	if e.observed {
 		x.emitting = make(chan struct{}, 1)
 	}
@@ -243,19 +305,19 @@ func (x *execution) cheapChecks() *Error {
 	if x.streaming && x.cap.Approval.Required {
 		// Validation refuses this for procedures known to stream; a registry
 		// entry the engine could not check still fails closed.
-		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.proc}
+		return &Error{Code: CodeInvalidArgument, Message: "a streaming call cannot be gated by an approval: " + x.proc()}
 	}
 	if x.call.ApprovalID != "" && !store.ValidApprovalID(x.call.ApprovalID) {
 		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %s header: want \"apr_\" and 32 lowercase hex digits, got %d characters", seam.HeaderApprovalID, len(x.call.ApprovalID))}
 	}
-	if x.actorErr != nil {
-		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: x.actorErr}
+	if err := x.actorErr(); err != nil {
+		return &Error{Code: CodeUnauthenticated, Message: "the caller could not be authenticated", Cause: err}
 	}
 	if err := x.callerKey(); err != nil {
 		return err
 	}
 	if x.cap.abandoned.Load() >= int64(x.e.cfg.maxAbandoned) {
-		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.proc)}
+		return &Error{Code: CodeResourceExhausted, Message: fmt.Sprintf("too many abandoned attempts of %s are still running", x.proc())}
 	}
 	return nil
 }
@@ -269,12 +331,12 @@ func (x *execution) bind() *Error {
 	if x.call.Input == nil || x.streaming || !(strict || x.e.observed || x.e.cfg.tracer != nil) {
 		return nil
 	}
-	d, err := x.call.Input.Digest(x.proc)
+	d, err := x.call.Input.Digest(x.proc())
 	if err != nil {
 		if strict {
 			return &Error{Code: CodeInvalidArgument, Message: "the input cannot be bound to " + x.boundTo() + ": " + err.Error(), Cause: unboundInput{err}}
 		}
-		x.bindErr = err // a policy that reads the input refuses it
+		x.extra().bindErr = err // a policy that reads the input refuses it
 		return nil
 	}
 	x.digest, x.eventDigest = d, x.e.keyedDigest(d)
@@ -343,7 +405,7 @@ func (x *execution) loop() (any, *Error) {
 				return nil, err
 			}
 		}
-		x.emit(Event{Type: EventRetried, Attempt: n + 1, PreviousErrorCode: err.Code, ApprovalID: x.approvalID})
+		x.emit(Event{Type: EventRetried, Attempt: n + 1, PreviousErrorCode: err.Code, ApprovalID: x.approvalID()})
 	}
 }
 
@@ -428,7 +490,7 @@ func (x *execution) awaitReturn(a *attempt, last *Error) *Error {
 	t := time.NewTimer(x.cap.timeout)
 	defer t.Stop()
 	select {
-	case <-a.returned:
+	case <-a.left.returned:
 		return nil
 	case <-t.C:
 		return last
@@ -445,23 +507,38 @@ type attempt struct {
 	x      *execution
 	n      int
 	state  atomic.Int32
-	// done is signalled when the handler returned before the engine gave
-	// up on it; its result is then in r. It is the worker's (w) channel,
-	// or one of the attempt's own when it has no worker.
-	done chan struct{}
-	w    *attemptWorker
-	r    attemptResult
-	// returned is closed when an abandoned attempt returns; made by the
-	// Execute goroutine as it abandons the attempt.
-	returned  chan struct{}
+	// w runs the attempt; when the handler returned before the engine
+	// gave up on it, the result is in its r (see run). Nil for an Inline
+	// attempt, which runs on the Execute goroutine.
+	w         *attemptWorker
 	abandoned bool // set by the Execute goroutine only
-	// late is an abandoned attempt's own result, once it returned late
-	// (returnedLate), or an Inline attempt's that returned after its
-	// context ended; guarded by the execution's mu.
+	// left is what an attempt left behind its deadline needs: made by the
+	// Execute goroutine as it abandons the attempt, or under the
+	// execution's mu as an Inline attempt returns late. Nil otherwise,
+	// so an attempt that returned in time carries none of it.
+	left     *leftBehind
+	endTrace func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
+}
+
+// leftBehind is the state of an attempt that outlived its context.
+type leftBehind struct {
+	// returned is closed when an abandoned attempt returns.
+	returned chan struct{}
+	// late is the attempt's own result, once it returned late
+	// (returnedLate); guarded by the execution's mu.
 	late         Code
 	returnedLate bool
-	lateResult   attemptResult        // what it returned, for the result store
-	endTrace     func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
+	lateResult   attemptResult // what it returned, for the result store
+}
+
+// returnedLate reports whether a returned after its context ended, with
+// the code its own result stands for and that result; the execution's mu
+// must be held.
+func (a *attempt) returnedLate() (Code, attemptResult, bool) {
+	if a.left == nil || !a.left.returnedLate {
+		return CodeOK, attemptResult{}, false
+	}
+	return a.left.late, a.left.lateResult, true
 }
 
 type attemptKey struct{}
@@ -498,7 +575,7 @@ func (x *execution) startAttempt(n int) *attempt {
 	// The tracer's context is the parent of the timeout: the handler's spans
 	// nest under the attempt, and the deadline stays the engine's.
 	a.Context, a.cancel = context.WithTimeoutCause(x.attemptParent(a), x.cap.timeout, errAttemptTimeout)
-	x.attempts = n
+	x.attempts = int32(n)
 	x.mu.Lock()
 	x.last = a
 	x.mu.Unlock()
@@ -510,25 +587,28 @@ func (x *execution) startAttempt(n int) *attempt {
 
 // run executes the handler on the attempt's goroutine. Whoever moves the
 // state out of running first owns the outcome: this goroutine (the result
-// is delivered through done) or the Execute goroutine (the attempt was
-// abandoned and the result is reported, never used). It reports whether
-// the result was delivered.
+// is delivered) or the Execute goroutine (the attempt was abandoned and
+// the result is reported, never used). The result is written to the
+// worker's r before the state moves, so the Execute goroutine that sees
+// it returned reads it; then the attempt's context is cancelled, which
+// wakes the Execute goroutine (see await). It reports whether the result
+// was delivered.
 func (a *attempt) run() (delivered bool) {
 	var r attemptResult
 	returned := false
 	defer func() {
 		if p := recover(); p != nil {
 			r = attemptResult{panic: &PanicError{Value: p, Stack: debug.Stack()}}
-		} else if !returned && a.w != nil {
+		} else if !returned {
 			a.w.exited = true // runtime.Goexit: this goroutine ends here
 		}
+		a.w.r = r
 		if a.state.CompareAndSwap(attemptRunning, attemptReturned) {
-			a.r = r
 			delivered = true
-			a.done <- struct{}{} // buffered, and empty: never blocks
 		} else {
+			a.w.r = attemptResult{}
 			a.x.reportAbandoned(a, r)
-			close(a.returned)
+			close(a.left.returned)
 		}
 		a.cancel()
 	}()
@@ -557,7 +637,7 @@ func (x *execution) reportAbandoned(a *attempt, r attemptResult) {
 	if r.panic == nil && x.stopped(r.err) {
 		return // it stopped because its context ended: nothing landed late that it knows of
 	}
-	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID}
+	ev := Event{Type: EventAbandonedResult, Attempt: a.n, Succeeded: r.err == nil && r.panic == nil, ApprovalID: x.approvalID()}
 	switch {
 	case r.panic != nil:
 		ev.Error, ev.Stack = x.e.redact(r.panic), string(r.panic.Stack)
@@ -586,7 +666,10 @@ func (x *execution) lateCode(a *attempt, r attemptResult) Code {
 // finish to record.
 func (x *execution) lateReturn(a *attempt, code Code, r attemptResult) {
 	x.mu.Lock()
-	a.late, a.returnedLate, a.lateResult = code, true, r
+	if a.left == nil { // an Inline attempt's
+		a.left = new(leftBehind)
+	}
+	a.left.late, a.left.returnedLate, a.left.lateResult = code, true, r
 	record := x.final && x.last == a
 	doubtful := x.keyed != nil && x.keyed.doubtful
 	x.mu.Unlock()
@@ -610,26 +693,22 @@ func (x *execution) await(a *attempt) (any, *Error) {
 	// thread that parking and readying would cost.
 	runtime.Gosched()
 	// It usually has: then the context's done channel is never made.
-	select {
-	case <-a.done:
+	if a.state.Load() == attemptReturned {
 		return x.settle(a, x.took(a))
-	default:
 	}
-	select {
-	case <-a.done:
+	// The attempt's goroutine cancels its context once its result is
+	// delivered, so waiting for the context alone wakes this one
+	// whichever comes first: no channel of the attempt's own, and one
+	// waiter, where a select on two would hold two while it is in flight.
+	<-a.Done()
+	// A result returned in time, or at the same moment the deadline
+	// fired, wins.
+	if a.state.Load() == attemptReturned {
 		return x.settle(a, x.took(a))
-	case <-a.Done():
 	}
-	// A result returned at the same moment the deadline fired wins.
-	select {
-	case <-a.done:
-		return x.settle(a, x.took(a))
-	default:
-	}
-	a.returned = make(chan struct{})
+	a.left = &leftBehind{returned: make(chan struct{})}
 	if !a.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
-		<-a.done // it returned just now; its signal is on the way
-		return x.settle(a, x.took(a))
+		return x.settle(a, x.took(a)) // it returned just now: its result is written
 	}
 	a.abandoned = true
 	x.cap.abandoned.Add(1)
@@ -707,20 +786,20 @@ func (x *execution) overran(a *attempt, now time.Time) {
 	if overrun <= x.e.cfg.overrunGrace {
 		return
 	}
-	x.emit(Event{Type: EventDeadlineOverrun, Attempt: a.n, Duration: overrun, ApprovalID: x.approvalID})
+	x.emit(Event{Type: EventDeadlineOverrun, Attempt: a.n, Duration: overrun, ApprovalID: x.approvalID()})
 	c := x.cap
 	last := c.overrunWarned.Load()
 	if t := now.UnixNano(); (last == 0 || t-last >= int64(overrunWarnEvery)) && c.overrunWarned.CompareAndSwap(last, t) {
 		x.e.cfg.logger.Warn("agentsafe: an Inline handler returned long after its context ended: it does not honour its context, and held its caller past the deadline",
-			"procedure", x.proc, "execution_id", x.id, "attempt", a.n, "overrun", overrun)
+			"procedure", x.proc(), "execution_id", x.id, "attempt", a.n, "overrun", overrun)
 	}
 }
 
-// result takes the result of an attempt whose signal was received, and
-// hands its worker back.
+// result takes the result of an attempt seen returned, and hands its
+// worker back.
 func (a *attempt) result() attemptResult {
-	r := a.r
-	a.r = attemptResult{}
+	r := a.w.r
+	a.w.r = attemptResult{}
 	a.taken()
 	return r
 }
@@ -818,11 +897,11 @@ func (x *execution) finish(v any, err *Error) (any, Envelope, error) {
 	}
 	env := Envelope{
 		ExecutionID: x.id,
-		Procedure:   x.proc,
+		Procedure:   x.proc(),
 		Status:      StatusCompleted,
-		Attempts:    x.attempts,
+		Attempts:    int(x.attempts),
 		Duration:    x.e.cfg.now().Sub(x.start),
-		ApprovalID:  x.approvalID,
+		ApprovalID:  x.approvalID(),
 	}
 	code := CodeOK
 	if err != nil {
@@ -900,7 +979,7 @@ func (x *execution) emit(ev Event) error {
 	}
 	ev.Time = x.e.cfg.now()
 	ev.ExecutionID = x.id
-	ev.Procedure = x.proc
+	ev.Procedure = x.proc()
 	ev.Actor = ref(x.actor)
 	ev.InputDigest = x.eventDigest
 	ev.SideEffect = x.cap.SideEffect

@@ -61,7 +61,7 @@ func (in PolicyInput) Input() ([]byte, error) {
 	if in.x == nil {
 		return nil, nil
 	}
-	in.x.inputRead = true
+	in.x.extra().inputRead = true
 	return in.x.inputJSON()
 }
 
@@ -71,7 +71,7 @@ func (in PolicyInput) Digest() (string, error) {
 	if in.x == nil {
 		return "", nil
 	}
-	in.x.inputRead = true
+	in.x.extra().inputRead = true
 	if err := in.x.lazyBind(); err != nil {
 		return "", err
 	}
@@ -190,7 +190,7 @@ func hidden(why string) *Error {
 // — so that no refusal, and no caller who already left, can tell it apart
 // (see [Engine.hides]).
 func (x *execution) hiding() *Error {
-	err := x.e.hides(x.ctx, x.proc, x.cap, Surface(x.call.Surface), x.actor, x.actorErr)
+	err := x.e.hides(x.ctx, x.proc(), x.cap, Surface(x.call.Surface), x.actor, x.actorErr())
 	x.hidden = err != nil
 	return err
 }
@@ -289,8 +289,8 @@ func (x *execution) decide() ([]string, *Error) {
 		}
 	}
 	switch {
-	case x.inputRead && x.bindErr != nil: // a policy asked for an input that does not bind
-		return nil, x.unbound(x.bindErr)
+	case x.more != nil && x.more.inputRead && x.more.bindErr != nil: // a policy asked for an input that does not bind
+		return nil, x.unbound(x.more.bindErr)
 	case failed != nil && x.ctx.Err() != nil && (errors.Is(failed, context.Canceled) || errors.Is(failed, context.DeadlineExceeded)):
 		return nil, x.cancelled() // the caller left: not the policy's failure
 	case failed != nil:
@@ -325,7 +325,7 @@ func ask(ctx context.Context, np namedPolicy, in PolicyInput) (d PolicyDecision,
 }
 
 func (x *execution) policyInput() PolicyInput {
-	in := PolicyInput{Actor: x.actor, Procedure: x.proc, Capability: x.cap.resolved(), Surface: Surface(x.call.Surface)}
+	in := PolicyInput{Actor: x.actor, Procedure: x.proc(), Capability: x.cap.resolved(), Surface: Surface(x.call.Surface)}
 	if x.call.Input != nil && !x.streaming {
 		in.x = x
 	}
@@ -339,12 +339,12 @@ func (x *execution) lazyBind() error {
 	switch {
 	case x.digest != "":
 		return nil
-	case x.bindErr != nil:
-		return x.bindErr
+	case x.bindErr() != nil:
+		return x.bindErr()
 	}
-	d, err := x.call.Input.Digest(x.proc)
+	d, err := x.call.Input.Digest(x.proc())
 	if err != nil {
-		x.bindErr = err
+		x.extra().bindErr = err
 		return err
 	}
 	x.digest, x.eventDigest = d, x.e.keyedDigest(d)
@@ -357,14 +357,15 @@ func (x *execution) inputJSON() ([]byte, error) {
 	if err := x.lazyBind(); err != nil {
 		return nil, err
 	}
-	if x.json == nil {
+	m := x.extra()
+	if m.json == nil {
 		b, err := x.call.Input.JSON()
 		if err != nil {
 			return nil, err
 		}
-		x.json = b
+		m.json = b
 	}
-	return x.json, nil
+	return m.json, nil
 }
 
 // unbound is the refusal of a call whose safety depends on an input that

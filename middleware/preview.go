@@ -133,7 +133,7 @@ func (x *execution) runPreview() *Error {
 			}
 			done <- r
 		}()
-		r.p, r.err = f(ctx, PreviewInput{Actor: x.actor, Procedure: x.proc, Input: input})
+		r.p, r.err = f(ctx, PreviewInput{Actor: x.actor, Procedure: x.proc(), Input: input})
 	}()
 	// Let the preview run on this thread first: a quick one then returns
 	// before this goroutine parks (as execution.await does for attempts).
@@ -160,7 +160,7 @@ func (x *execution) runPreview() *Error {
 		x.e.warnPreview(x.cap, why)
 		return &Error{Code: CodePreviewUnavailable, Message: "the preview of the effect cannot be shown to approvers; nothing was requested or ran", Cause: errors.New("preview: " + why)}
 	}
-	x.preview = previewed{text: r.p.Text, digest: digest.Preview(r.p.State), state: r.p.State}
+	x.extra().preview = previewed{text: r.p.Text, digest: digest.Preview(r.p.State), state: r.p.State}
 	return nil
 }
 
@@ -211,15 +211,16 @@ func staleOr(code Code) EventType {
 // approvedState is what [Execution].ApprovedState holds: the State of the
 // preview computed before the consumption, a copy for each reader.
 func (x *execution) approvedState() []byte {
-	if x.approval == nil || x.preview.digest == "" {
+	if x.approval() == nil || x.more.preview.digest == "" {
 		return nil
 	}
-	return slices.Clone(x.preview.state)
+	return slices.Clone(x.more.preview.state)
 }
 
 // previewed returns req with what the capability's preview computed, if
 // it has one: the record keeps its text and the digest of its state.
 func (x *execution) previewed(req store.ApprovalRequest) store.ApprovalRequest {
-	req.PreviewText, req.PreviewDigest = x.preview.text, x.preview.digest
+	p := x.preview()
+	req.PreviewText, req.PreviewDigest = p.text, p.digest
 	return req
 }

@@ -212,9 +212,9 @@ func (x *execution) claim(gated bool) *Error {
 		return &Error{Code: CodeInvalidArgument, Message: "the call has an " + headerIdempotencyKey + " (or a dedup window), and no input to bind it to"}
 	}
 	if k.callerKey != "" {
-		k.key = callerResultKey(x.e.cfg.audience, x.actor, x.proc, k.callerKey)
+		k.key = callerResultKey(x.e.cfg.audience, x.actor, x.proc(), k.callerKey)
 	} else {
-		k.key = dedupResultKey(x.e.cfg.audience, x.actor, x.proc, x.digest)
+		k.key = dedupResultKey(x.e.cfg.audience, x.actor, x.proc(), x.digest)
 	}
 	k.owner = resultOwner(x.e.cfg.audience, x.actor)
 	req := x.claimRequest(x.claimLease(gated))
@@ -377,7 +377,7 @@ func (x *execution) reconcile(prev string, gated bool) *Error {
 	if x.overLimit(resp) { // as for a response the handler returned: the envelope alone
 		resp = nil
 	}
-	env := Envelope{ExecutionID: prev, Procedure: x.proc, Status: StatusCompleted}
+	env := Envelope{ExecutionID: prev, Procedure: x.proc(), Status: StatusCompleted}
 	res := x.sealResult(env, false, resp, nil)
 	x.complete(res)
 	k.held = false
@@ -478,12 +478,12 @@ func (x *execution) settleKey(env Envelope, v any, err *Error) Envelope {
 	x.mu.Lock()
 	x.final = true // from here on, a late attempt records itself
 	last := x.last
-	left := last != nil && (last.abandoned || last.returnedLate) // or an Inline attempt that returned late
 	var late attemptResult
-	returned := false
-	if left {
-		late, returned = last.lateResult, last.returnedLate
+	var returned bool
+	if last != nil {
+		_, late, returned = last.returnedLate()
 	}
+	left := last != nil && (last.abandoned || returned) // or an Inline attempt that returned late
 	keep := err == nil || storable(err)
 	release := !keep && x.released(err)
 	k.doubtful = !keep && !release && !(left && returned)
@@ -532,7 +532,7 @@ func (x *execution) storeLate(a *attempt, r attemptResult) {
 		x.markInDoubt()
 		return
 	}
-	env := Envelope{ExecutionID: x.id, Procedure: x.proc, Status: StatusCompleted, Attempts: x.attempts, Duration: x.e.cfg.now().Sub(x.start), ApprovalID: x.approvalID}
+	env := Envelope{ExecutionID: x.id, Procedure: x.proc(), Status: StatusCompleted, Attempts: int(x.attempts), Duration: x.e.cfg.now().Sub(x.start), ApprovalID: x.approvalID()}
 	if err != nil {
 		env.Status, env.Error = err.Code.Status(), &EnvelopeError{Code: err.Code, Message: err.Message}
 	}
@@ -629,7 +629,7 @@ func (x *execution) replayOf(res store.Result) (*replayed, error) {
 	if !ok {
 		return nil, fmt.Errorf("the stored envelope has status %q", se.Status)
 	}
-	r := &replayed{env: Envelope{ExecutionID: se.ExecutionID, Procedure: x.proc, Status: status, Attempts: se.Attempts,
+	r := &replayed{env: Envelope{ExecutionID: se.ExecutionID, Procedure: x.proc(), Status: status, Attempts: se.Attempts,
 		Duration: se.Duration, ApprovalID: se.ApprovalID, Replayed: true}}
 	var resp, errBytes []byte
 	hasResp := false

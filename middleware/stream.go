@@ -20,7 +20,7 @@ func (e *Engine) executeStream(ctx context.Context, proc string, c *capability, 
 func (x *execution) runStream(governed bool, fn func(context.Context) error) *Error {
 	if !governed {
 		x.requested()
-		return x.e.notFound(x.proc)
+		return x.e.notFound(x.proc())
 	}
 	if err := x.admit(); err != nil {
 		return err

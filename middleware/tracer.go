@@ -82,7 +82,7 @@ func (x *execution) startTracing(streaming bool) {
 	}
 	ctx, end := t.StartExecution(x.ctx, ExecutionInfo{
 		ID:          x.id,
-		Procedure:   x.proc,
+		Procedure:   x.proc(),
 		Actor:       ref(x.actor),
 		InputDigest: x.eventDigest,
 		SideEffect:  x.cap.SideEffect,

@@ -19,7 +19,7 @@ const (
 // mark returns the in-process caller's approval mark for this call, if any.
 func (x *execution) mark() seam.ApprovalMark {
 	m, ok := x.ctx.Value(seam.ApprovalMarkKey{}).(seam.ApprovalMark)
-	if !ok || m.Procedure != x.proc {
+	if !ok || m.Procedure != x.proc() {
 		return seam.ApprovalMark{}
 	}
 	return m
@@ -43,7 +43,7 @@ func (x *execution) undecided(approvals store.ApprovalStore, id string, req stor
 	if !ok {
 		return store.ConsumedApproval{}, pendingErr
 	}
-	x.hints.expires = rec.ExpiresAt
+	x.extra().hints.expires = rec.ExpiresAt
 	wait := x.mark().Wait
 	if wait <= 0 {
 		return store.ConsumedApproval{}, pendingErr
@@ -60,7 +60,7 @@ func (x *execution) undecided(approvals store.ApprovalStore, id string, req stor
 	if err := x.runPreview(); err != nil {
 		return store.ConsumedApproval{}, err
 	}
-	req.PreviewDigest = x.preview.digest
+	req.PreviewDigest = x.preview().digest
 	return x.consume(approvals, id, req)
 }
 

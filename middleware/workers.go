@@ -16,10 +16,9 @@ import (
 // serving goroutine yields back (see execution.await).
 //
 // A worker runs one attempt at a time. It goes back to the pool when the
-// engine has taken its attempt's result (the worker's done channel is then
-// empty, so a later attempt's signal can never be mistaken for an earlier
-// one's), or, for an attempt the engine abandoned, when the handler
-// finally returns. Workers belong to one Engine, start on demand, and exit
+// engine has taken its attempt's result (its slot is then empty, so a
+// later attempt's result can never be mistaken for an earlier one's), or,
+// for an attempt the engine abandoned, when the handler finally returns. Workers belong to one Engine, start on demand, and exit
 // after about a second parked, so an engine needs no Close.
 //
 // Inside a testing/synctest bubble attempts get a goroutine each, as a
@@ -53,13 +52,15 @@ type attemptWorker struct {
 	// nil tells it to exit.
 	next *attempt
 	wake chan struct{}
-	// done carries the signal of an attempt that returned in time; its
-	// reader returns the worker to the pool (see attempt.taken).
-	done chan struct{}
+	// r is the result of an attempt that returned in time; whoever takes
+	// it returns the worker to the pool (see attempt.taken). It is the
+	// worker's, not the attempt's: only used while an attempt runs on it,
+	// so an execution's record need not carry it.
+	r attemptResult
 	// parked is the tick the worker parked in; guarded by pool.mu.
 	parked uint64
-	// exited is set before done is signalled when the handler ended its
-	// goroutine (runtime.Goexit): the worker is gone.
+	// exited is set before the result is delivered when the handler ended
+	// its goroutine (runtime.Goexit): the worker is gone.
 	exited bool
 }
 
@@ -69,8 +70,8 @@ func newAttemptWorkers() *attemptWorkers {
 
 // start runs a on a parked worker, or on a new goroutine.
 func (p *attemptWorkers) start(a *attempt) {
-	if a.x.bubbled() {
-		a.done = make(chan struct{}, 1)
+	if a.x.bubbled() { // a goroutine of its own, with a worker of its own that never parks
+		a.w = new(attemptWorker)
 		go a.run()
 		return
 	}
@@ -80,14 +81,14 @@ func (p *attemptWorkers) start(a *attempt) {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		a.w, a.done = w, w.done
+		a.w = w
 		w.next = a
 		w.wake <- struct{}{} // buffered, and empty while the worker is parked
 		return
 	}
 	p.mu.Unlock()
-	w := &attemptWorker{pool: p, wake: make(chan struct{}, 1), done: make(chan struct{}, 1)}
-	a.w, a.done = w, w.done
+	w := &attemptWorker{pool: p, wake: make(chan struct{}, 1)}
+	a.w = w
 	go w.work(a)
 }
 
@@ -109,7 +110,7 @@ func (w *attemptWorker) work(a *attempt) {
 // put parks w for the next attempt, or tells it to exit when enough
 // workers are parked already.
 func (p *attemptWorkers) put(w *attemptWorker) {
-	if w.exited {
+	if w.exited || p == nil { // gone, or a bubbled attempt's own
 		return
 	}
 	p.mu.Lock()
