@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every figure of README.md in one run: the benchmarks, each
-# -count 10 (sub-benchmarks alternate within each count), the scale and
+# in 10 rounds of one process each (so sub-benchmarks alternate), the scale and
 # heap tests, the Redis consumption ceiling, benchstat's tables and the
 # load-curve plot. Raw output and tables go to data/ (or $1); load.svg
 # beside this file. Needs benchstat
@@ -13,31 +13,47 @@ count=${COUNT:-10}
 mkdir -p "$out"
 run() { echo "+ $*" >&2; "$@"; }
 
+# rounds FILE PATTERN BENCHTIME [ENV...] appends $count rounds of the
+# benchmarks PATTERN to FILE, one process per round, so that the
+# sub-benchmarks compared take turns: within one process, -count repeats
+# one sub-benchmark before the next, and a change of load between them
+# would move the ratio. The test binary is built once.
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go test -c -o "$bin/bench.test" .
+rounds() {
+	local file=$1 pattern=$2 benchtime=$3
+	shift 3
+	echo "+ $count rounds of $pattern ($benchtime)" >&2
+	for _ in $(seq "$count"); do
+		env "$@" "$bin/bench.test" -test.run '^$' -test.bench "$pattern" \
+			-test.benchtime "$benchtime" -test.count 1 >>"$out/$file"
+	done
+}
+
 # In process: the governed no-op read against the floor and failsafe-go
 # (and, Inline, against failsafe-go's Get), one retry, the sink path (slog
 # with its worker and with SinkInline, OTel) and allocations per event.
 # The sinks at fewer calls per run: a run measures its queue's backlog too
 # (see drained in events_test.go), which grows with the run's length.
-run go test -run '^$' -bench '^(BenchmarkGoverned|BenchmarkOneRetry)$' \
-	-benchtime 200000x -count "$count" . >"$out/engine.txt"
-run go test -run '^$' -bench '^(BenchmarkSlogSink|BenchmarkOTel|BenchmarkEventAllocs)$' \
-	-benchtime 20000x -count "$count" . >>"$out/engine.txt"
+: >"$out/engine.txt"
+rounds engine.txt '^(BenchmarkGoverned|BenchmarkOneRetry)$' 200000x
+rounds engine.txt '^(BenchmarkSlogSink|BenchmarkOTel|BenchmarkEventAllocs)$' 20000x
 # Over loopback (Connect, gRPC, net/http) and net/http in process.
-run go test -run '^$' -bench '^(BenchmarkConnectUnary|BenchmarkGRPCUnary|BenchmarkNetHTTP|BenchmarkNetHTTPLoopback)$' \
-	-benchtime 10000x -count "$count" . >"$out/rpc.txt"
+: >"$out/rpc.txt"
+rounds rpc.txt '^(BenchmarkConnectUnary|BenchmarkGRPCUnary|BenchmarkNetHTTP|BenchmarkNetHTTPLoopback)$' 10000x
 # The load curve: Connect bare vs governed at 1, 8, 64 and 256 callers.
-run go test -run '^$' -bench '^BenchmarkConnectLoad$' -benchtime 3000x -count "$count" . >"$out/load.txt"
+: >"$out/load.txt"
+rounds load.txt '^BenchmarkConnectLoad$' 3000x
 # Strict audit under load: 64 callers against a sink that takes 5 ms a
 # write, group commit (BatchAuditSink) vs one record a write.
-run go test -run '^$' -bench '^BenchmarkStrictAudit$' -benchtime 3000x -count "$count" . >"$out/audit.txt"
+: >"$out/audit.txt"
+rounds audit.txt '^BenchmarkStrictAudit$' 3000x
 # The tamper-evident trail: a governed call with a chained strict sink vs
 # an unchained one (in process, and over Connect), and audit verify over
-# a 200,000-record file. One go test per round, so that the two sinks
-# take turns (-count repeats one sub-benchmark before the next).
+# a 200,000-record file.
 : >"$out/chain.txt"
-for _ in $(seq "$count"); do
-	run go test -run '^$' -bench '^(BenchmarkAuditChain|BenchmarkAuditChainConnect)$' -benchtime 10000x -count 1 . >>"$out/chain.txt"
-done
+rounds chain.txt '^(BenchmarkAuditChain|BenchmarkAuditChainConnect)$' 10000x
 run go test -run '^$' -bench '^BenchmarkAuditVerify$' -benchtime 3x -count 3 . >>"$out/chain.txt"
 # 10,000 executions, 10,000 abandoned attempts, heap per in-flight call.
 run go test -count=1 -run '^(TestScale|TestScaleAbandoned|TestHeapPerInFlightExecution)$' -v . >"$out/scale.txt"
@@ -46,9 +62,10 @@ run ./redis.sh >"$out/redis.txt"
 # Budgets: a governed call with one budget on the memory store against the
 # same call without (in process, and Connect over loopback); the Redis
 # Reserve against go-redis running the least trim-sum-add script.
-run go test -run '^$' -bench '^BenchmarkBudget$' -benchtime 200000x -count "$count" . >"$out/budgets.txt"
-run go test -run '^$' -bench '^BenchmarkBudgetConnect$' -benchtime 10000x -count "$count" . >>"$out/budgets.txt"
-run env AGENTSAFE_REQUIRE_REDIS=1 go test -run '^$' -bench '^BenchmarkReserve$' -benchtime 4000x -count "$count" . >>"$out/budgets.txt"
+: >"$out/budgets.txt"
+rounds budgets.txt '^BenchmarkBudget$' 200000x
+rounds budgets.txt '^BenchmarkBudgetConnect$' 10000x
+rounds budgets.txt '^BenchmarkReserve$' 4000x AGENTSAFE_REQUIRE_REDIS=1
 # A resume with a preview against one without, alternating, memory and Redis.
 AGENTSAFE_BENCH_PREVIEW=1 AGENTSAFE_REQUIRE_REDIS=1 run go test -count=1 -run '^TestPreviewTarget$' -v . |
 	sed -n 's/^ *preview_test.go:[0-9]*: //p' >"$out/preview.txt"
