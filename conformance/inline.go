@@ -49,10 +49,7 @@ var inlineRules = []adapterRule{
 	{name: "Keys/an Inline write's late result is stored for its key at once", variant: inlineOnly, results: true, check: func(s *suite) {
 		const rule = "an Inline execution stores its late result for the caller's key when it finalizes, never in doubt: a repeat replays it"
 		req := s.request(ModeIgnore)
-		first := s.callKeyed(FixtureWrite, req, "", "late")
-		s.expect(rule, first, middleware.CodeTimeout)
-		r := s.callKeyed(FixtureWrite, req, "", "late")
-		s.expect(rule, r, middleware.CodeOK)
+		first, r := s.callTwice(rule, FixtureWrite, req, "late", middleware.CodeTimeout, middleware.CodeOK)
 		s.replayOf(rule, r, first)
 		if r.Response.ID != req.ID {
 			s.Errorf("%s: the replay carries the late response: %+v", rule, r.Response)

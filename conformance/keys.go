@@ -64,6 +64,17 @@ func (s *suite) callKeyed(f Fixture, req Request, approvalID, key string) Result
 	return kc.CallKeyed(ctx, f, req, approvalID, key)
 }
 
+// callTwice calls f with req under key twice, without an approval, and
+// expects the first call to answer code first and the repeat code then.
+func (s *suite) callTwice(rule string, f Fixture, req Request, key string, first, then middleware.Code) (Result, Result) {
+	s.Helper()
+	r1 := s.callKeyed(f, req, "", key)
+	s.expect(rule, r1, first)
+	r2 := s.callKeyed(f, req, "", key)
+	s.expect(rule, r2, then)
+	return r1, r2
+}
+
 // replayOf checks that r is the replay of first: the same execution and
 // response, marked replayed on the wire.
 func (s *suite) replayOf(rule string, r, first Result) {
@@ -94,10 +105,7 @@ var keyRules = []adapterRule{
 	{name: "Keys/a repeat with the same key replays the stored result", results: true, check: func(s *suite) {
 		const rule = "a repeat with the caller's key gets the stored envelope and response, and nothing runs"
 		req := s.request(ModeOK)
-		first := s.callKeyed(FixtureWrite, req, "", "order-42-refund")
-		s.expect(rule, first, middleware.CodeOK)
-		r := s.callKeyed(FixtureWrite, req, "", "order-42-refund")
-		s.expect(rule, r, middleware.CodeOK)
+		first, r := s.callTwice(rule, FixtureWrite, req, "order-42-refund", middleware.CodeOK, middleware.CodeOK)
 		s.wantRuns(rule, req.ID, 1)
 		s.replayOf(rule, r, first)
 		if *r.Response != *first.Response {
@@ -155,10 +163,7 @@ var keyRules = []adapterRule{
 	{name: "Keys/a write that failed leaves its key in doubt", results: true, check: func(s *suite) {
 		const rule = "a write that may have had an effect answers its repeats IDEMPOTENCY_IN_DOUBT"
 		req := s.request(ModeFail)
-		first := s.callKeyed(FixtureWrite, req, "", "doubt")
-		s.expect(rule, first, middleware.CodeExecutionFailed)
-		r := s.callKeyed(FixtureWrite, req, "", "doubt")
-		s.expect(rule, r, middleware.CodeIdempotencyInDoubt)
+		first, r := s.callTwice(rule, FixtureWrite, req, "doubt", middleware.CodeExecutionFailed, middleware.CodeIdempotencyInDoubt)
 		s.wantRuns(rule, req.ID, 1)
 		if r.Envelope.Error.Retryable || !strings.Contains(r.Envelope.Error.Message, first.Envelope.ExecutionID) {
 			s.Errorf("%s: not safe to re-invoke, and naming the execution in doubt: %+v", rule, r.Envelope.Error)
@@ -167,10 +172,7 @@ var keyRules = []adapterRule{
 	{name: "Keys/a handler's framework error is replayed unchanged", results: true, check: func(s *suite) {
 		const rule = "a handler's own framework error is stored and replayed as the framework sent it"
 		req := s.request(ModeFrameworkError)
-		first := s.callKeyed(FixtureWrite, req, "", "framework")
-		s.expect(rule, first, middleware.CodeExecutionFailed)
-		r := s.callKeyed(FixtureWrite, req, "", "framework")
-		s.expect(rule, r, middleware.CodeExecutionFailed)
+		first, r := s.callTwice(rule, FixtureWrite, req, "framework", middleware.CodeExecutionFailed, middleware.CodeExecutionFailed)
 		s.wantRuns(rule, req.ID, 1)
 		s.replayOf(rule, r, first)
 		want := Status{Code: StatusUnimplemented, Message: FrameworkErrorMessage, Detail: FrameworkErrorDetail}
@@ -259,10 +261,7 @@ var keyRules = []adapterRule{
 	{name: "Keys/a key on a read has no effect", results: true, check: func(s *suite) {
 		const rule = "a caller's key on a read is checked and then ignored: nothing is stored, every call runs under its own key"
 		req := s.request(ModeOK)
-		first := s.callKeyed(FixtureRead, req, "", "read-42")
-		s.expect(rule, first, middleware.CodeOK)
-		r := s.callKeyed(FixtureRead, req, "", "read-42")
-		s.expect(rule, r, middleware.CodeOK)
+		first, r := s.callTwice(rule, FixtureRead, req, "read-42", middleware.CodeOK, middleware.CodeOK)
 		runs := s.wantRuns(rule, req.ID, 2)
 		if r.Envelope.Replayed || r.Header.Get(adapter.HeaderReplayed) != "" || r.Envelope.ExecutionID == first.Envelope.ExecutionID {
 			s.Errorf("%s: the repeat ran as a call of its own, not a replay: %+v", rule, r.Envelope)

@@ -18,19 +18,12 @@ import (
 	"github.com/agentsafe/agentsafe/middleware"
 )
 
-type hideAll struct{}
-
-func (hideAll) Name() string { return "hide-all" }
-func (hideAll) Decide(context.Context, middleware.PolicyInput) (middleware.PolicyDecision, error) {
-	return middleware.Hide(), nil
-}
-
 // TestAHiddenStreamLooksAbsent: a hidden stream gets, in every protocol,
 // what the Connect client reports for a server without the procedure, and
 // its handler never runs.
 func TestAHiddenStreamLooksAbsent(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, p protocol) {
-		s := newServer(t, serverConfig{opts: []middleware.Option{middleware.WithPolicy(hideAll{})}})
+		s := newServer(t, serverConfig{opts: []middleware.Option{middleware.WithPolicy(fixture.HideAll{})}})
 		absent := testv1connect.NewTestServiceClient(httpClient(t, p.h2c), serve(t, http404()), p.opts...)
 		receive := func(c testv1connect.TestServiceClient) (*connect.Error, map[string][]string) {
 			st, err := c.Stream(t.Context(), connect.NewRequest(&testv1.Request{Id: "s1", Count: 2}))
@@ -72,7 +65,7 @@ func http404() *http.ServeMux { return http.NewServeMux() }
 // Connect answered 501 with its JSON (or its 405, 415, 400) where a
 // procedure that does not exist gets the plain 404.
 func TestAGuardedHiddenProcedureIsConnectsNotFound(t *testing.T) {
-	s := newServer(t, serverConfig{opts: []middleware.Option{middleware.WithPolicy(hideAll{})}})
+	s := newServer(t, serverConfig{opts: []middleware.Option{middleware.WithPolicy(fixture.HideAll{})}})
 	absent := serve(t, http404())
 	hc := httpClient(t, false)
 	for _, tc := range []struct {

@@ -20,17 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-type hideAll struct{}
-
-func (hideAll) Name() string { return "hide-all" }
-func (hideAll) Decide(context.Context, middleware.PolicyInput) (middleware.PolicyDecision, error) {
-	return middleware.Hide(), nil
-}
-
 // TestAHiddenStreamIsGRPCsUnknownMethod: a hidden stream gets grpc-go's own
 // answer for a stream the server has no handler for, and no metadata.
 func TestAHiddenStreamIsGRPCsUnknownMethod(t *testing.T) {
-	eng := agentsafetest.NewEngine(t, nil, middleware.WithPolicy(hideAll{}))
+	eng := agentsafetest.NewEngine(t, nil, middleware.WithPolicy(fixture.HideAll{}))
 	hidden := testv1.NewTestServiceClient(serve(t, eng.Engine, newService(nil, nil)))
 
 	desc := testv1.TestService_ServiceDesc
@@ -96,7 +89,7 @@ func rawGRPC(t *testing.T, addr, procedure string, shape conformance.Shape, head
 // only those, never agentsafe's CANCELLED (DeadlineExceeded "the caller's
 // deadline passed") or its metadata, which would tell it exists.
 func TestAHiddenMethodWithAnExpiredDeadlineIsNeverCancelled(t *testing.T) {
-	eng := agentsafetest.NewEngine(t, nil, middleware.WithPolicy(hideAll{}))
+	eng := agentsafetest.NewEngine(t, nil, middleware.WithPolicy(fixture.HideAll{}))
 	_, addr := serveAddr(t, eng.Engine, newService(nil, nil))
 	for range 100 { // the race goes the other way now and then
 		got := rawGRPC(t, addr, testv1.TestService_Write_FullMethodName, conformance.ShapeExpired, nil)

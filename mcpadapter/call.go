@@ -71,24 +71,13 @@ func (t *tool) invoke(ctx context.Context, req *mcp.CallToolRequest, args json.R
 		}
 		return nil, nil, refusal(middleware.CodeInvalidArgument, argumentError(args, err))
 	}
-	header, err := t.b.cfg.headers(ctx, req)
+	creq, err := t.request(ctx, req, msg, approvalID, key)
 	if err != nil {
 		if t.hiddenAtListing(ctx) { // a refusal only a tool that exists gives
 			return nil, errHidden, nil
 		}
 		return nil, nil, refusal(middleware.CodeUnauthenticated, "the caller could not be authenticated")
 	}
-	creq := connect.NewRequest(msg)
-	maps.Copy(creq.Header(), header)
-	// The approval id comes from the argument (or the bridge's own sealed
-	// state) and nowhere else; the engine's binding (procedure, actor,
-	// input digest) decides whether it may be consumed, so the argument
-	// cannot turn into another call.
-	creq.Header().Del(adapter.HeaderApprovalID)
-	if approvalID != "" {
-		creq.Header().Set(adapter.HeaderApprovalID, approvalID)
-	}
-	setKey(creq.Header(), key)
 	if mark.Wait > 0 || len(mark.Payload) > 0 {
 		ctx = adapter.WithApprovalMark(ctx, t.procedure, mark)
 	}
@@ -107,6 +96,28 @@ func (t *tool) invoke(ctx context.Context, req *mcp.CallToolRequest, args json.R
 		return nil, errHidden, nil // as if the tool did not exist
 	}
 	return res, err, nil
+}
+
+// request is the in-process request of msg for the caller of req: the
+// headers [WithHeaders] gives for req, approvalID and the caller's key.
+// It fails when the headers function does.
+func (t *tool) request(ctx context.Context, req *mcp.CallToolRequest, msg *dynamicpb.Message, approvalID, key string) (*connect.Request[dynamicpb.Message], error) {
+	header, err := t.b.cfg.headers(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	creq := connect.NewRequest(msg)
+	maps.Copy(creq.Header(), header)
+	// The approval id comes from the argument (or the bridge's own sealed
+	// state) and nowhere else; the engine's binding (procedure, actor,
+	// input digest) decides whether it may be consumed, so the argument
+	// cannot turn into another call.
+	creq.Header().Del(adapter.HeaderApprovalID)
+	if approvalID != "" {
+		creq.Header().Set(adapter.HeaderApprovalID, approvalID)
+	}
+	setKey(creq.Header(), key)
+	return creq, nil
 }
 
 // splitArguments takes the approval and idempotency key arguments out of

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/agentsafe/agentsafe/middleware"
@@ -106,14 +104,10 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 // refused the request before the engine saw it, or the actor function
 // failed.
 func (t *tool) caller(ctx context.Context, req *mcp.CallToolRequest) (middleware.Actor, bool) {
-	header, err := t.b.cfg.headers(ctx, req)
+	creq, err := t.request(ctx, req, dynamicpb.NewMessage(t.method.Input()), "", "")
 	if err != nil {
 		return middleware.Actor{}, false
 	}
-	creq := connect.NewRequest(dynamicpb.NewMessage(t.method.Input()))
-	maps.Copy(creq.Header(), header)
-	creq.Header().Del(adapter.HeaderApprovalID)
-	setKey(creq.Header(), "")
 	var (
 		who   middleware.Actor
 		found bool

@@ -2,6 +2,8 @@ package mcpadapter_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
@@ -124,5 +126,52 @@ func TestApprovalsResumeOnlyForItsRequester(t *testing.T) {
 	}
 	if runs := f.svc.executions(); len(runs) != 1 || runs[0].Actor.ID != agent.ID {
 		t.Fatalf("the handler ran %d times (%+v), want once, as the requester", len(runs), runs)
+	}
+}
+
+// unavailableGets is an approval store whose Get fails while down is set.
+type unavailableGets struct {
+	store.ApprovalStore
+	down atomic.Bool
+}
+
+func (s *unavailableGets) Get(ctx context.Context, id string) (store.ApprovalRecord, error) {
+	if s.down.Load() {
+		return store.ApprovalRecord{}, errors.New("connection refused")
+	}
+	return s.ApprovalStore.Get(ctx, id)
+}
+
+// TestApprovalsResumeWithTheStoreDownRunsNothing: an approval store that
+// fails is no decision (SPEC §4: APPROVAL_UNAVAILABLE, fail closed): the
+// requester's resume of an approved call is APPROVAL_UNAVAILABLE, not the
+// APPROVAL_NOT_FOUND of an unknown id, and nothing runs; once the store is
+// back the same resume runs the call.
+func TestApprovalsResumeWithTheStoreDownRunsNothing(t *testing.T) {
+	approvals := &unavailableGets{ApprovalStore: approvalstore.NewMemory()}
+	f := newFlowOn(t, approvals, []middleware.Option{middleware.WithPolicy(agentsOnly{})})
+	requester := f.client(t, agent.ID, "", nil)
+	r := callTool(t, requester, "write", map[string]any{"id": "w-1", "amount": 12000})
+	env, _ := mcpadapter.ReadEnvelope(r)
+	if codeOfResult(r) != middleware.CodeApprovalRequired || env.ApprovalID == "" {
+		t.Fatalf("the agent's write must need an approval: %+v", r)
+	}
+	if _, err := f.eng.Decide(t.Context(), env.ApprovalID, store.Decision{Approve: true, Approver: manager}); err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+
+	approvals.down.Store(true)
+	r = callTool(t, requester, "approvals_resume", map[string]any{"approval_id": env.ApprovalID})
+	if got := codeOfResult(r); got != middleware.CodeApprovalUnavailable {
+		t.Errorf("a resume with the approval store down: %s (%v), want APPROVAL_UNAVAILABLE", got, text(r))
+	}
+	if runs := f.svc.executions(); len(runs) != 0 {
+		t.Fatalf("a resume with the approval store down ran the handler %d times", len(runs))
+	}
+
+	approvals.down.Store(false)
+	r = callTool(t, requester, "approvals_resume", map[string]any{"approval_id": env.ApprovalID})
+	if got := codeOfResult(r); got != middleware.CodeOK {
+		t.Errorf("the same resume with the store back: %s (%v), want OK", got, text(r))
 	}
 }

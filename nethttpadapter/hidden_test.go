@@ -10,18 +10,11 @@ import (
 	"testing"
 
 	"github.com/agentsafe/agentsafe/agentsafetest"
+	"github.com/agentsafe/agentsafe/internal/testproto/fixture"
 	"github.com/agentsafe/agentsafe/middleware"
 	"github.com/agentsafe/agentsafe/middleware/adapter"
 	"github.com/agentsafe/agentsafe/nethttpadapter"
 )
-
-// hideAll hides every call.
-type hideAll struct{}
-
-func (hideAll) Name() string { return "hide-all" }
-func (hideAll) Decide(context.Context, middleware.PolicyInput) (middleware.PolicyDecision, error) {
-	return middleware.Hide(), nil
-}
 
 // TestAHiddenRouteIsTheMuxs404 compares, byte for byte, what a hidden
 // route answers with what a mux answers for a path it routes nowhere: in
@@ -65,7 +58,7 @@ func TestAHiddenRouteIsTheMuxs404(t *testing.T) {
 			ran = false
 			var opts []middleware.Option
 			if tc.policy {
-				opts = append(opts, middleware.WithPolicy(hideAll{}))
+				opts = append(opts, middleware.WithPolicy(fixture.HideAll{}))
 			}
 			eng := agentsafetest.NewEngine(t, middleware.NewRegistry().Register("POST /refund", tc.c), append(opts, middleware.WithProtoFiles(nil))...)
 			got := httptest.NewRecorder()
@@ -155,7 +148,7 @@ func (p policy) Decide(_ context.Context, in middleware.PolicyInput) (middleware
 // in every shape a route is served.
 func TestAHiddenRouteReadsNothingOfTheRequest(t *testing.T) {
 	eng := agentsafetest.NewEngine(t, middleware.NewRegistry().Register("POST /refund", middleware.Capability{SideEffect: middleware.SideEffectWrite}),
-		middleware.WithProtoFiles(nil), middleware.WithPolicy(hideAll{}))
+		middleware.WithProtoFiles(nil), middleware.WithPolicy(fixture.HideAll{}))
 	ran := false
 	handler := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })
 	mux := http.NewServeMux()

@@ -2,11 +2,9 @@ package twirpadapter
 
 import (
 	"errors"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -160,9 +158,8 @@ func EnvelopeFromError(err error) (middleware.Envelope, bool) {
 
 // retryAfterMeta reads MetaRetryAfter; nil when absent or malformed.
 func retryAfterMeta(v string) *durationpb.Duration {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n <= 0 || n > int64(math.MaxInt64/time.Second) {
-		return nil
+	if d := adapter.ParseRetryAfter(v); d > 0 {
+		return durationpb.New(d)
 	}
-	return durationpb.New(time.Duration(n) * time.Second)
+	return nil
 }

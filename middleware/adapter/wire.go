@@ -171,7 +171,7 @@ func ReadHeaders(h http.Header) (middleware.Envelope, bool) {
 	env.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	env.ExpiresAt, _ = time.Parse(time.RFC3339, h.Get(HeaderApprovalExpires))
 	if c := h.Get(HeaderCode); c != "" {
-		env.RetryAfter = readRetryAfter(h.Get(HeaderRetryAfter))
+		env.RetryAfter = ParseRetryAfter(h.Get(HeaderRetryAfter))
 		code, retryable := parseCode(c), h.Get(HeaderRetryable) == "true"
 		if code == middleware.CodeExecutionFailed && c != middleware.CodeExecutionFailed.String() {
 			retryable = false // a code this client does not know: not known to be safe
@@ -188,9 +188,10 @@ func RetryAfterSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// readRetryAfter reads a Retry-After of delay-seconds; an HTTP date or
-// anything else reads as unknown.
-func readRetryAfter(v string) time.Duration {
+// ParseRetryAfter reads what [RetryAfterSeconds] writes, a Retry-After of
+// delay-seconds (or an adapter's field carrying them, such as Twirp's
+// error metadata); an HTTP date or anything else reads as unknown, 0.
+func ParseRetryAfter(v string) time.Duration {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n <= 0 || n > int64(math.MaxInt64/time.Second) {
 		return 0
