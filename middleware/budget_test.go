@@ -274,19 +274,27 @@ func TestBudgetDenyRefusesBeforeRequireApprovalEscalates(t *testing.T) {
 	if env.ApprovalID != "" {
 		t.Errorf("an approval was requested although a deny budget refuses: %+v", env)
 	}
+	// The deny budget is reserved first although its name sorts last: the
+	// escalating one is never asked, so only one budget_exceeded is emitted.
+	b.wantTypes(env.ExecutionID, middleware.EventRequested, middleware.EventBudgetExceeded, middleware.EventFailed)
+	if ev := b.waitEvent(env.ExecutionID, middleware.EventBudgetExceeded); ev.Budget != "z-denies" {
+		t.Errorf("budget_exceeded names %q, want the deny budget z-denies", ev.Budget)
+	}
 }
 
 func TestBudgetsAreReservedAllOrNone(t *testing.T) {
-	small := middleware.Budget{Name: "a-small", Limit: 1, Window: time.Hour, Per: "actor"}
-	large := middleware.Budget{Name: "b-large", Limit: 10, Window: time.Hour, Per: "actor"}
-	b := newBudgeted(t, writeWith(large, small))
+	// large is reserved first (name order), so each refusal by small must
+	// give back what large took.
+	large := middleware.Budget{Name: "a-large", Limit: 10, Window: time.Hour, Per: "actor"}
+	small := middleware.Budget{Name: "b-small", Limit: 1, Window: time.Hour, Per: "actor"}
+	b := newBudgeted(t, writeWith(small, large))
 	env, err := b.spend(agent, refundOf(1, 1))
 	wantCode(t, env, err, middleware.CodeOK)
 	for range 3 {
 		env, err = b.spend(agent, refundOf(2, 1))
 		wantCode(t, env, err, middleware.CodeBudgetExceeded)
 	}
-	if left := b.left("b-large", agent); left != 9 {
+	if left := b.left("a-large", agent); left != 9 {
 		t.Errorf("refused calls kept what they took of the other budget: %d left of 10, want 9", left)
 	}
 }
