@@ -522,6 +522,10 @@ func TestBudgetValidationListsEveryProblem(t *testing.T) {
 		)).
 		Register("shared-1", writeWith(middleware.Budget{Name: "shared", Limit: 5, Window: time.Hour, Per: "tenant"})).
 		Register("shared-2", writeWith(middleware.Budget{Name: "shared", Limit: 6, Window: time.Hour, Per: "tenant"})).
+		Register("window-1", writeWith(middleware.Budget{Name: "window", Limit: 5, Window: time.Hour, Per: "tenant"})).
+		Register("window-2", writeWith(middleware.Budget{Name: "window", Limit: 5, Window: time.Minute, Per: "tenant"})).
+		Register("per-1", writeWith(middleware.Budget{Name: "per", Limit: 5, Window: time.Hour, Per: "tenant"})).
+		Register("per-2", writeWith(middleware.Budget{Name: "per", Limit: 5, Window: time.Hour, Per: "actor"})).
 		Register("stream", middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true,
 			Budgets: []middleware.Budget{{Name: "s", Limit: 1, Window: time.Hour, Per: "actor"}}}).
 		Register("escalates", writeWith(middleware.Budget{Name: "e", Limit: 1, Window: time.Hour, Per: "actor", Over: "require_approval"}))
@@ -539,6 +543,8 @@ func TestBudgetValidationListsEveryProblem(t *testing.T) {
 		"refund (registry): Budgets[dup].Name: is listed twice",
 		`refund (registry): Budgets[dup].Amount: JSON Pointer "/a~2"`,
 		"shared-2 (engine): Budgets[shared]: shares its name with the budget of shared-1",
+		"window-2 (engine): Budgets[window]: shares its name with the budget of window-1",
+		"per-2 (engine): Budgets[per]: shares its name with the budget of per-1",
 		"stream (registry): Budgets[s]: a streaming procedure cannot have a budget",
 	} {
 		if !strings.Contains(err.Error(), want) {
