@@ -449,8 +449,8 @@ func TestBudgetReplaySpendsNothing(t *testing.T) {
 	}
 }
 
-// flakyBudgets loses the reply of the first n Reserves (they reserve) and
-// fails every Release n times.
+// flakyBudgets loses the reply of the first lose Reserves (they reserve),
+// or, down, fails every Reserve without reserving.
 type flakyBudgets struct {
 	store.BudgetStore
 	mu       sync.Mutex
