@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
@@ -614,4 +615,53 @@ func TestSlogSinkLogsTheBudget(t *testing.T) {
 			t.Errorf("slog output lacks %s:\n%s", want, buf.String())
 		}
 	}
+}
+
+// overdraftDown fails every Reserve of an overdraft: the store goes down
+// between the approval's consumption and the approved call's reservation.
+type overdraftDown struct{ store.BudgetStore }
+
+func (o overdraftDown) Reserve(ctx context.Context, req store.BudgetRequest) (store.BudgetReservation, error) {
+	if req.Overdraft {
+		return store.BudgetReservation{}, errors.New("connection refused")
+	}
+	return o.BudgetStore.Reserve(ctx, req)
+}
+
+func TestBudgetOverdraftStoreDownGivesTheApprovalBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		escalating := refunds
+		escalating.Over = "require_approval"
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(escalating),
+			middleware.WithBudgetStore(overdraftDown{budgetstore.NewMemory()}))
+		env, err, _ := g.call(agent, refundOf(1, 900), "")
+		wantCode(t, env, err, middleware.CodeOK)
+		id := g.requested(refundOf(2, 450))
+		g.approve(id)
+		env, err, _ = g.call(agent, refundOf(2, 450), id)
+		wantCode(t, env, err, middleware.CodeBudgetUnavailable)
+		if g.runs.Load() != 1 {
+			t.Errorf("the approved call ran without its reservation: %d runs", g.runs.Load())
+		}
+		synctest.Wait() // the approval is given back in the background
+		if rec, err := g.eng.Get(t.Context(), id); err != nil || rec.Status != store.ApprovalApproved {
+			t.Errorf("nothing ran, yet the approval was not given back: %+v %v", rec, err)
+		}
+	})
+}
+
+func TestBudgetReserveWhoseRepliesWereAllLostIsGivenBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), lose: 3}
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
+		env, err, _ := g.call(agent, refundOf(1, 300), "")
+		wantCode(t, env, err, middleware.CodeBudgetUnavailable)
+		if g.runs.Load() != 0 {
+			t.Errorf("the refund ran although the store never answered")
+		}
+		synctest.Wait() // the lost reservation is released in the background
+		if left, _ := g.eng.Budget(t.Context(), "refunds", agent); left != 1000 {
+			t.Errorf("a reservation whose every reply was lost stayed: %d left, want 1000", left)
+		}
+	})
 }
