@@ -479,26 +479,30 @@ func (f *flakyBudgets) Reserve(ctx context.Context, req store.BudgetRequest) (st
 }
 
 func TestBudgetLostReplyIsAskedAgainForTheSameExecution(t *testing.T) {
-	flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), lose: 2}
-	g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
-	env, err, _ := g.call(agent, refundOf(1, 300), "")
-	wantCode(t, env, err, middleware.CodeOK)
-	if flaky.reserves != 3 {
-		t.Errorf("%d Reserves, want 3: two lost replies, then the answer", flaky.reserves)
-	}
-	if left, _ := g.eng.Budget(t.Context(), "refunds", agent); left != 700 {
-		t.Errorf("a re-issued Reserve reserved twice: %d left, want 700", left)
-	}
+	inBubble(t, func(t *testing.T) { // the retries wait on the fake clock
+		flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), lose: 2}
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
+		env, err, _ := g.call(agent, refundOf(1, 300), "")
+		wantCode(t, env, err, middleware.CodeOK)
+		if flaky.reserves != 3 {
+			t.Errorf("%d Reserves, want 3: two lost replies, then the answer", flaky.reserves)
+		}
+		if left, _ := g.eng.Budget(t.Context(), "refunds", agent); left != 700 {
+			t.Errorf("a re-issued Reserve reserved twice: %d left, want 700", left)
+		}
+	})
 }
 
 func TestBudgetStoreDownFailsClosed(t *testing.T) {
-	flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), down: true}
-	g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
-	env, err, _ := g.call(agent, refundOf(1, 300), "")
-	wantCode(t, env, err, middleware.CodeBudgetUnavailable)
-	if !env.Error.Retryable || g.runs.Load() != 0 || flaky.reserves != 3 {
-		t.Errorf("envelope %+v, %d runs, %d tries: want retryable, nothing run, three tries", env, g.runs.Load(), flaky.reserves)
-	}
+	inBubble(t, func(t *testing.T) { // the retries wait on the fake clock
+		flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), down: true}
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
+		env, err, _ := g.call(agent, refundOf(1, 300), "")
+		wantCode(t, env, err, middleware.CodeBudgetUnavailable)
+		if !env.Error.Retryable || g.runs.Load() != 0 || flaky.reserves != 3 {
+			t.Errorf("envelope %+v, %d runs, %d tries: want retryable, nothing run, three tries", env, g.runs.Load(), flaky.reserves)
+		}
+	})
 }
 
 func TestBudgetValidationListsEveryProblem(t *testing.T) {
