@@ -2,16 +2,9 @@ package budgetstore
 
 import "time"
 
-// Option configures either store: it is a [MemoryOption] and a
-// [RedisOption]. Options that only one store understands have that
-// store's type, so that passing a Redis option to NewMemory, say, does not
-// compile instead of being ignored.
-type Option interface {
-	MemoryOption
-	RedisOption
-}
-
-// MemoryOption configures [NewMemory].
+// MemoryOption configures [NewMemory]. Each option has the type of the
+// one store that understands it, so that passing a Redis option to
+// NewMemory, say, does not compile instead of being ignored.
 type MemoryOption interface{ applyMemory(*config) }
 
 // RedisOption configures [NewRedis].

@@ -204,8 +204,8 @@ type spend struct {
 	escalated bool
 }
 
-// budgetRetries are the waits before the engine re-issues a Reserve or
-// Release whose reply was lost, as for Consume: at most three tries.
+// budgetRetries are the waits before the engine re-issues a Reserve
+// whose reply was lost, as for Consume: at most three tries.
 var budgetRetries = consumeRetries
 
 // reserveBudgets is stage 2e: reserve the call's amount on every budget
@@ -370,25 +370,8 @@ func (x *execution) settleBudgets() {
 	for i := range x.spends {
 		if s := &x.spends[i]; s.reserved {
 			s.reserved = false
-			x.writeBudget(store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount})
-		}
-	}
-}
-
-func (x *execution) writeBudget(req store.BudgetRequest) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
-	defer cancel()
-	for try := 0; ; try++ {
-		err := x.e.cfg.budgets.Release(ctx, req)
-		if err == nil || try == len(budgetRetries) {
-			return
-		}
-		t := time.NewTimer(budgetRetries[try])
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
+			req := store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount}
+			x.writeStore(func(ctx context.Context) error { return x.e.cfg.budgets.Release(ctx, req) })
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentsafe/agentsafe/approvalstore"
@@ -274,19 +275,27 @@ func TestBudgetDenyRefusesBeforeRequireApprovalEscalates(t *testing.T) {
 	if env.ApprovalID != "" {
 		t.Errorf("an approval was requested although a deny budget refuses: %+v", env)
 	}
+	// The deny budget is reserved first although its name sorts last: the
+	// escalating one is never asked, so only one budget_exceeded is emitted.
+	b.wantTypes(env.ExecutionID, middleware.EventRequested, middleware.EventBudgetExceeded, middleware.EventFailed)
+	if ev := b.waitEvent(env.ExecutionID, middleware.EventBudgetExceeded); ev.Budget != "z-denies" {
+		t.Errorf("budget_exceeded names %q, want the deny budget z-denies", ev.Budget)
+	}
 }
 
 func TestBudgetsAreReservedAllOrNone(t *testing.T) {
-	small := middleware.Budget{Name: "a-small", Limit: 1, Window: time.Hour, Per: "actor"}
-	large := middleware.Budget{Name: "b-large", Limit: 10, Window: time.Hour, Per: "actor"}
-	b := newBudgeted(t, writeWith(large, small))
+	// large is reserved first (name order), so each refusal by small must
+	// give back what large took.
+	large := middleware.Budget{Name: "a-large", Limit: 10, Window: time.Hour, Per: "actor"}
+	small := middleware.Budget{Name: "b-small", Limit: 1, Window: time.Hour, Per: "actor"}
+	b := newBudgeted(t, writeWith(small, large))
 	env, err := b.spend(agent, refundOf(1, 1))
 	wantCode(t, env, err, middleware.CodeOK)
 	for range 3 {
 		env, err = b.spend(agent, refundOf(2, 1))
 		wantCode(t, env, err, middleware.CodeBudgetExceeded)
 	}
-	if left := b.left("b-large", agent); left != 9 {
+	if left := b.left("a-large", agent); left != 9 {
 		t.Errorf("refused calls kept what they took of the other budget: %d left of 10, want 9", left)
 	}
 }
@@ -385,28 +394,15 @@ func TestNoEffectGivesTheBudgetAndTheApprovalBack(t *testing.T) {
 	if left := b.left("refunds", agent); left != 1000 {
 		t.Errorf("a failure without effect kept its reservation: %d left", left)
 	}
-	waitApproved(t, b.gated, id)
+	// Given back before the call returns: a resume right after finds it
+	// approved.
+	if rec, err := b.eng.Get(t.Context(), id); err != nil || rec.Status != store.ApprovalApproved {
+		t.Fatalf("the approval was not given back: %+v %v", rec, err)
+	}
 	env, err, _ = b.call(agent, refundOf(1, 400), id)
 	wantCode(t, env, err, middleware.CodeOK)
 	if left := b.left("refunds", agent); left != 600 {
 		t.Errorf("the second resume: %d left, want 600", left)
-	}
-}
-
-// waitApproved waits for the approval released in the background to be
-// approved again.
-func waitApproved(t *testing.T, g *gated, id string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rec, err := g.eng.Get(t.Context(), id)
-		if err == nil && rec.Status == store.ApprovalApproved {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the approval was not given back: %+v %v", rec, err)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -454,8 +450,8 @@ func TestBudgetReplaySpendsNothing(t *testing.T) {
 	}
 }
 
-// flakyBudgets loses the reply of the first n Reserves (they reserve) and
-// fails every Release n times.
+// flakyBudgets loses the reply of the first lose Reserves (they reserve),
+// or, down, fails every Reserve without reserving.
 type flakyBudgets struct {
 	store.BudgetStore
 	mu       sync.Mutex
@@ -483,26 +479,30 @@ func (f *flakyBudgets) Reserve(ctx context.Context, req store.BudgetRequest) (st
 }
 
 func TestBudgetLostReplyIsAskedAgainForTheSameExecution(t *testing.T) {
-	flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), lose: 2}
-	g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
-	env, err, _ := g.call(agent, refundOf(1, 300), "")
-	wantCode(t, env, err, middleware.CodeOK)
-	if flaky.reserves != 3 {
-		t.Errorf("%d Reserves, want 3: two lost replies, then the answer", flaky.reserves)
-	}
-	if left, _ := g.eng.Budget(t.Context(), "refunds", agent); left != 700 {
-		t.Errorf("a re-issued Reserve reserved twice: %d left, want 700", left)
-	}
+	inBubble(t, func(t *testing.T) { // the retries wait on the fake clock
+		flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), lose: 2}
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
+		env, err, _ := g.call(agent, refundOf(1, 300), "")
+		wantCode(t, env, err, middleware.CodeOK)
+		if flaky.reserves != 3 {
+			t.Errorf("%d Reserves, want 3: two lost replies, then the answer", flaky.reserves)
+		}
+		if left, _ := g.eng.Budget(t.Context(), "refunds", agent); left != 700 {
+			t.Errorf("a re-issued Reserve reserved twice: %d left, want 700", left)
+		}
+	})
 }
 
 func TestBudgetStoreDownFailsClosed(t *testing.T) {
-	flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), down: true}
-	g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
-	env, err, _ := g.call(agent, refundOf(1, 300), "")
-	wantCode(t, env, err, middleware.CodeBudgetUnavailable)
-	if !env.Error.Retryable || g.runs.Load() != 0 || flaky.reserves != 3 {
-		t.Errorf("envelope %+v, %d runs, %d tries: want retryable, nothing run, three tries", env, g.runs.Load(), flaky.reserves)
-	}
+	inBubble(t, func(t *testing.T) { // the retries wait on the fake clock
+		flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), down: true}
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
+		env, err, _ := g.call(agent, refundOf(1, 300), "")
+		wantCode(t, env, err, middleware.CodeBudgetUnavailable)
+		if !env.Error.Retryable || g.runs.Load() != 0 || flaky.reserves != 3 {
+			t.Errorf("envelope %+v, %d runs, %d tries: want retryable, nothing run, three tries", env, g.runs.Load(), flaky.reserves)
+		}
+	})
 }
 
 func TestBudgetValidationListsEveryProblem(t *testing.T) {
@@ -514,6 +514,10 @@ func TestBudgetValidationListsEveryProblem(t *testing.T) {
 		)).
 		Register("shared-1", writeWith(middleware.Budget{Name: "shared", Limit: 5, Window: time.Hour, Per: "tenant"})).
 		Register("shared-2", writeWith(middleware.Budget{Name: "shared", Limit: 6, Window: time.Hour, Per: "tenant"})).
+		Register("window-1", writeWith(middleware.Budget{Name: "window", Limit: 5, Window: time.Hour, Per: "tenant"})).
+		Register("window-2", writeWith(middleware.Budget{Name: "window", Limit: 5, Window: time.Minute, Per: "tenant"})).
+		Register("per-1", writeWith(middleware.Budget{Name: "per", Limit: 5, Window: time.Hour, Per: "tenant"})).
+		Register("per-2", writeWith(middleware.Budget{Name: "per", Limit: 5, Window: time.Hour, Per: "actor"})).
 		Register("stream", middleware.Capability{SideEffect: middleware.SideEffectRead, Streaming: true,
 			Budgets: []middleware.Budget{{Name: "s", Limit: 1, Window: time.Hour, Per: "actor"}}}).
 		Register("escalates", writeWith(middleware.Budget{Name: "e", Limit: 1, Window: time.Hour, Per: "actor", Over: "require_approval"}))
@@ -531,6 +535,8 @@ func TestBudgetValidationListsEveryProblem(t *testing.T) {
 		"refund (registry): Budgets[dup].Name: is listed twice",
 		`refund (registry): Budgets[dup].Amount: JSON Pointer "/a~2"`,
 		"shared-2 (engine): Budgets[shared]: shares its name with the budget of shared-1",
+		"window-2 (engine): Budgets[window]: shares its name with the budget of window-1",
+		"per-2 (engine): Budgets[per]: shares its name with the budget of per-1",
 		"stream (registry): Budgets[s]: a streaming procedure cannot have a budget",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -613,4 +619,53 @@ func TestSlogSinkLogsTheBudget(t *testing.T) {
 			t.Errorf("slog output lacks %s:\n%s", want, buf.String())
 		}
 	}
+}
+
+// overdraftDown fails every Reserve of an overdraft: the store goes down
+// between the approval's consumption and the approved call's reservation.
+type overdraftDown struct{ store.BudgetStore }
+
+func (o overdraftDown) Reserve(ctx context.Context, req store.BudgetRequest) (store.BudgetReservation, error) {
+	if req.Overdraft {
+		return store.BudgetReservation{}, errors.New("connection refused")
+	}
+	return o.BudgetStore.Reserve(ctx, req)
+}
+
+func TestBudgetOverdraftStoreDownGivesTheApprovalBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		escalating := refunds
+		escalating.Over = "require_approval"
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(escalating),
+			middleware.WithBudgetStore(overdraftDown{budgetstore.NewMemory()}))
+		env, err, _ := g.call(agent, refundOf(1, 900), "")
+		wantCode(t, env, err, middleware.CodeOK)
+		id := g.requested(refundOf(2, 450))
+		g.approve(id)
+		env, err, _ = g.call(agent, refundOf(2, 450), id)
+		wantCode(t, env, err, middleware.CodeBudgetUnavailable)
+		if g.runs.Load() != 1 {
+			t.Errorf("the approved call ran without its reservation: %d runs", g.runs.Load())
+		}
+		synctest.Wait() // the approval is given back in the background
+		if rec, err := g.eng.Get(t.Context(), id); err != nil || rec.Status != store.ApprovalApproved {
+			t.Errorf("nothing ran, yet the approval was not given back: %+v %v", rec, err)
+		}
+	})
+}
+
+func TestBudgetReserveWhoseRepliesWereAllLostIsGivenBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		flaky := &flakyBudgets{BudgetStore: budgetstore.NewMemory(), lose: 3}
+		g := newGatedWith(t, &gated{now: time.Now()}, writeWith(refunds), middleware.WithBudgetStore(flaky))
+		env, err, _ := g.call(agent, refundOf(1, 300), "")
+		wantCode(t, env, err, middleware.CodeBudgetUnavailable)
+		if g.runs.Load() != 0 {
+			t.Errorf("the refund ran although the store never answered")
+		}
+		synctest.Wait() // the lost reservation is released in the background
+		if left, _ := g.eng.Budget(t.Context(), "refunds", agent); left != 1000 {
+			t.Errorf("a reservation whose every reply was lost stayed: %d left, want 1000", left)
+		}
+	})
 }

@@ -492,7 +492,7 @@ func (x *execution) settleKey(env Envelope, v any, err *Error) Envelope {
 	case keep:
 		x.complete(x.sealResult(env, false, x.response(v), err))
 	case release: // now, not in the background: a repeat right after must find the key free
-		x.writeKey(func(ctx context.Context) error { return x.e.cfg.results.Release(ctx, k.ref(), x.id) })
+		x.writeStore(func(ctx context.Context) error { return x.e.cfg.results.Release(ctx, k.ref(), x.id) })
 	case left && returned: // the abandoned attempt is back: its result decides
 		x.storeLate(last, late)
 	default:
@@ -684,7 +684,7 @@ func (x *execution) replayOf(res store.Result) (*replayed, error) {
 // outside the caller's context: the result is known now. A failure
 // leaves a write-like key to read in doubt after its lease.
 func (x *execution) complete(res store.Result) {
-	x.writeKey(func(ctx context.Context) error {
+	x.writeStore(func(ctx context.Context) error {
 		return x.e.cfg.results.Complete(ctx, x.keyed.ref(), x.id, res)
 	})
 }
@@ -692,12 +692,15 @@ func (x *execution) complete(res store.Result) {
 // markInDoubt records that the execution may have had an effect and
 // leaves no result.
 func (x *execution) markInDoubt() {
-	x.writeKey(func(ctx context.Context) error {
+	x.writeStore(func(ctx context.Context) error {
 		return x.e.cfg.results.MarkInDoubt(ctx, x.keyed.ref(), x.id)
 	})
 }
 
-func (x *execution) writeKey(write func(context.Context) error) {
+// writeStore runs a store write of stage 6 (a key's, or a budget's
+// release) outside the caller's context, bounded, tried again as a lost
+// Consume is; a write the store answers with ErrNotHeld is not tried again.
+func (x *execution) writeStore(write func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
 	for try := 0; ; try++ {
