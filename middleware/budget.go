@@ -370,25 +370,8 @@ func (x *execution) settleBudgets() {
 	for i := range x.spends {
 		if s := &x.spends[i]; s.reserved {
 			s.reserved = false
-			x.writeBudget(store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount})
-		}
-	}
-}
-
-func (x *execution) writeBudget(req store.BudgetRequest) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
-	defer cancel()
-	for try := 0; ; try++ {
-		err := x.e.cfg.budgets.Release(ctx, req)
-		if err == nil || try == len(budgetRetries) {
-			return
-		}
-		t := time.NewTimer(budgetRetries[try])
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
+			req := store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount}
+			x.writeKey(func(ctx context.Context) error { return x.e.cfg.budgets.Release(ctx, req) })
 		}
 	}
 }

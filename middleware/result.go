@@ -697,6 +697,11 @@ func (x *execution) markInDoubt() {
 	})
 }
 
+// writeKey makes a write the engine must not lose — to a key this
+// execution holds, or a release of its budget reservations — outside the
+// caller's context, bounded by storeTimeout, trying again on the claim's
+// schedule while the store fails (each of these writes is a no-op
+// repeated). ErrNotHeld ends it: the key is another execution's.
 func (x *execution) writeKey(write func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 	defer cancel()
