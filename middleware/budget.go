@@ -331,10 +331,7 @@ func (x *execution) overdraw() *Error {
 		res, err := x.reserve(x.e.cfg.budgets, store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount,
 			Limit: s.rule.Limit, Window: s.rule.Window, Overdraft: true})
 		if err != nil {
-			if x.consumed {
-				x.consumed = false
-				x.e.release(x.ctx, x.approvalID(), x.id)
-			}
+			x.giveBack()
 			return err
 		}
 		s.spent, s.reserved, s.overdraft = res.Spent, res.Reserved, res.Overdraft

@@ -211,6 +211,15 @@ func (e *Engine) release(ctx context.Context, id, executionID string) {
 	}()
 }
 
+// giveBack gives back, in the background, the approval this execution
+// consumed, if any: nothing ran on it.
+func (x *execution) giveBack() {
+	if x.consumed {
+		x.consumed = false
+		x.e.release(x.ctx, x.approvalID(), x.id)
+	}
+}
+
 // approvalMessages says what each refusal means to the caller.
 var approvalMessages = map[Code]string{
 	CodeApprovalNotFound:       "no such approval for this caller",
