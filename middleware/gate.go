@@ -203,11 +203,18 @@ func (x *execution) sleepWithin(d time.Duration) bool {
 // bounded; a failure leaves the record to read in_doubt after its lease:
 // visible, not silent.
 func (e *Engine) release(ctx context.Context, id, executionID string) {
+	inBackground(ctx, func(ctx context.Context) error { return e.cfg.store.Release(ctx, id, executionID) })
+}
+
+// inBackground makes a store write nobody waits for — the give-back of
+// what a call held when nothing ran on it — on a goroutine of its own,
+// outside ctx's cancellation, bounded by storeTimeout.
+func inBackground(ctx context.Context, write func(context.Context) error) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		defer cancel()
-		_ = e.cfg.store.Release(ctx, id, executionID)
+		_ = write(ctx)
 	}()
 }
 
