@@ -508,8 +508,10 @@ type attempt struct {
 	abandoned bool // set by the Execute goroutine only
 	// left is what an attempt left behind its deadline needs: made by the
 	// Execute goroutine as it abandons the attempt, or under the
-	// execution's mu as an Inline attempt returns late. Nil otherwise,
-	// so an attempt that returned in time carries none of it.
+	// execution's mu as an Inline attempt returns late. It is made before
+	// the abandoning CAS, which the worker's read of it follows; so an
+	// attempt that returned just as the CAS was tried may have one, unused
+	// (its returnedLate is false). Nil otherwise.
 	left     *leftBehind
 	endTrace func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
 }
