@@ -331,10 +331,7 @@ func (x *execution) overdraw() *Error {
 		res, err := x.reserve(x.e.cfg.budgets, store.BudgetRequest{Key: s.key, ExecutionID: x.id, Amount: s.amount,
 			Limit: s.rule.Limit, Window: s.rule.Window, Overdraft: true})
 		if err != nil {
-			if x.consumed {
-				x.consumed = false
-				x.e.release(x.ctx, x.approvalID(), x.id)
-			}
+			x.giveBack()
 			return err
 		}
 		s.spent, s.reserved, s.overdraft = res.Spent, res.Reserved, res.Overdraft
@@ -379,12 +376,7 @@ func (x *execution) settleBudgets() {
 // releaseBudget gives back what a Reserve whose reply was lost may have
 // reserved, in the background, bounded.
 func (e *Engine) releaseBudget(ctx context.Context, req store.BudgetRequest) {
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-		_ = e.cfg.budgets.Release(ctx, req)
-	}()
+	inBackground(ctx, func(ctx context.Context) error { return e.cfg.budgets.Release(ctx, req) })
 }
 
 // Budget reads what is left of the budget named name for the key actor

@@ -394,10 +394,10 @@ func TestNoEffectGivesTheBudgetAndTheApprovalBack(t *testing.T) {
 	if left := b.left("refunds", agent); left != 1000 {
 		t.Errorf("a failure without effect kept its reservation: %d left", left)
 	}
-	// Given back before the call returns: a resume right after finds it
-	// approved.
+	// Given back before the call was answered, not in the background: a
+	// resume right after finds it approved.
 	if rec, err := b.eng.Get(t.Context(), id); err != nil || rec.Status != store.ApprovalApproved {
-		t.Fatalf("the approval was not given back: %+v %v", rec, err)
+		t.Fatalf("the approval was not given back before the answer: %+v %v", rec, err)
 	}
 	env, err, _ = b.call(agent, refundOf(1, 400), id)
 	wantCode(t, env, err, middleware.CodeOK)

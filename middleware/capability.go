@@ -207,8 +207,8 @@ type Approval struct {
 	// Quorum is how many distinct approvers must approve before the call
 	// may run: none of them sharing a principal (ID or OnBehalfOf entry)
 	// with the requester, and no two sharing one with each other, so two
-	// delegates of one person count once. One rejection rejects. Zero means 1; negative is
-	// invalid. It is bound into the record, like Type.
+	// delegates of one person count once. One rejection rejects. Zero
+	// means 1; negative is invalid. It is bound into the record, like Type.
 	Quorum int
 }
 

@@ -203,12 +203,28 @@ func (x *execution) sleepWithin(d time.Duration) bool {
 // bounded; a failure leaves the record to read in_doubt after its lease:
 // visible, not silent.
 func (e *Engine) release(ctx context.Context, id, executionID string) {
+	inBackground(ctx, func(ctx context.Context) error { return e.cfg.store.Release(ctx, id, executionID) })
+}
+
+// inBackground makes a store write nobody waits for — the give-back of
+// what a call held when nothing ran on it — on a goroutine of its own,
+// outside ctx's cancellation, bounded by storeTimeout.
+func inBackground(ctx context.Context, write func(context.Context) error) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		defer cancel()
-		_ = e.cfg.store.Release(ctx, id, executionID)
+		_ = write(ctx)
 	}()
+}
+
+// giveBack gives back, in the background, the approval this execution
+// consumed, if any: nothing ran on it.
+func (x *execution) giveBack() {
+	if x.consumed {
+		x.consumed = false
+		x.e.release(x.ctx, x.approvalID(), x.id)
+	}
 }
 
 // approvalMessages says what each refusal means to the caller.

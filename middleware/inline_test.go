@@ -361,3 +361,39 @@ func TestSlogSinkLogsAnOverrunAsAWarning(t *testing.T) {
 		}
 	}
 }
+
+// NoEffect on an Inline attempt (SPEC §3, §7): returned in time, the
+// approval goes back to approved before the call is answered, as on a
+// worker; returned after the attempt's context ended, the outcome is the
+// context's and the approval stays spent — a late result is recorded, never
+// taken back.
+func TestInlineNoEffectCountsOnlyInTime(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		late   bool
+		code   middleware.Code
+		status store.ApprovalStatus
+	}{
+		{"in time", false, middleware.CodeExecutionFailed, store.ApprovalApproved},
+		{"late", true, middleware.CodeTimeout, store.ApprovalFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
+				g := newGated(t, inline(middleware.Capability{SideEffect: middleware.SideEffectWrite, Timeout: 100 * time.Millisecond, Approval: middleware.Approval{Required: true}}))
+				id := g.requested(refund)
+				g.approve(id)
+				_, env, err := execute(g.eng, as(t.Context(), agent), call{Procedure: procRefund, Input: refund, ApprovalID: id}, func(context.Context) (any, error) {
+					if tc.late {
+						time.Sleep(time.Second) // ignores its context
+					}
+					return nil, middleware.NoEffect(errStateChanged)
+				})
+				wantCode(t, env, err, tc.code)
+				rec, _ := g.store.Get(t.Context(), id)
+				if rec.Status != tc.status {
+					t.Errorf("the approval is %s when the call is answered, want %s (outcome %+v)", rec.Status, tc.status, rec.Outcome)
+				}
+			})
+		})
+	}
+}

@@ -226,9 +226,9 @@ type AuditSink interface {
 // [Engine.Stats]). A transient failure fails the calls waiting for that
 // write; the other records are kept and written with the next record
 // that comes, or, when none comes, tried again on their own for about a
-// minute (after 1, 2, 4, ... 32 seconds). A record whose call stopped waiting (the
-// timeout passed, or the caller's context ended: CANCELLED) is never
-// written. When the records waiting would take more than half the timeout
+// minute (after 1, 2, 4, ... 32 seconds). A record whose call stopped
+// waiting (the timeout passed, or the caller's context ended: CANCELLED)
+// is never written. When the records waiting would take more than half the timeout
 // to write at the sink's recent pace, a new call is refused
 // AUDIT_UNAVAILABLE at once rather than left to time out; a call refused
 // so, or that gave up waiting for its capability.requested, leaves no

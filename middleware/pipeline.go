@@ -43,10 +43,7 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call s
 		// The caller left between the consumption (or the reservation) and
 		// the first attempt: nothing ran, so the approval is given back
 		// (and the budgets, by finish).
-		if x.consumed {
-			x.consumed = false
-			x.e.release(x.ctx, x.approvalID(), x.id)
-		}
+		x.giveBack()
 		return x.finish(nil, x.cancelled())
 	}
 	started := Event{Type: EventStarted, Attempt: 1, ApprovalID: x.approvalID()}
@@ -54,10 +51,7 @@ func (e *Engine) execute(ctx context.Context, proc string, c *capability, call s
 		x.budgetFields(&started)
 	}
 	if err := x.unaudited(x.emit(started)); err != nil {
-		if x.consumed { // nothing ran: the approval is given back
-			x.consumed = false
-			x.e.release(x.ctx, x.approvalID(), x.id)
-		}
+		x.giveBack() // nothing ran
 		return x.finish(nil, err)
 	}
 	return x.finish(x.loop())
@@ -514,8 +508,10 @@ type attempt struct {
 	abandoned bool // set by the Execute goroutine only
 	// left is what an attempt left behind its deadline needs: made by the
 	// Execute goroutine as it abandons the attempt, or under the
-	// execution's mu as an Inline attempt returns late. Nil otherwise,
-	// so an attempt that returned in time carries none of it.
+	// execution's mu as an Inline attempt returns late. It is made before
+	// the abandoning CAS, which the worker's read of it follows; so an
+	// attempt that returned just as the CAS was tried may have one, unused
+	// (its returnedLate is false). Nil otherwise.
 	left     *leftBehind
 	endTrace func(AttemptOutcome) // the tracer's, or nil; Execute goroutine only
 }

@@ -331,12 +331,7 @@ func (x *execution) resultUnavailable(err error) *Error {
 // background, bounded; a failure leaves a write-like claim to read in
 // doubt after its lease: visible, not silent.
 func (e *Engine) releaseKey(ctx context.Context, key store.ResultKey, executionID string) {
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-		_ = e.cfg.results.Release(ctx, key, executionID)
-	}()
+	inBackground(ctx, func(ctx context.Context) error { return e.cfg.results.Release(ctx, key, executionID) })
 }
 
 // replaying returns the stored result the execution answers with, or nil.

@@ -79,8 +79,8 @@ type ApprovalStore interface {
 	// already, be distinct from every earlier voter: no principal (ID or
 	// OnBehalfOf entry) in common with any of them, so that no person is
 	// counted twice through two delegates (else [ErrAlreadyVoted], which
-	// is an ErrSelfApproval; [CheckVoter]). A store's approver policy may refuse with
-	// ErrApproverNotAllowed.
+	// is an ErrSelfApproval; [CheckVoter]). A store's approver policy may
+	// refuse with ErrApproverNotAllowed.
 	//
 	// A rejection rejects the record at once. An approval is counted; the
 	// record becomes approved when Quorum distinct approvers have voted
