@@ -290,6 +290,19 @@ func TestATableCutAfterAKeptCheckpointIsNamed(t *testing.T) {
 	}
 }
 
+func TestADeletedChainOfRowsIsNamed(t *testing.T) {
+	tr := writePGTrail(t, 2, 3, true)
+	chain := tr.chains[1]
+	tr.exec(t, `DELETE FROM agentsafe.audit_events WHERE chain = $1`, chain)
+	code, out := tr.verify(t, "--pubkey", tr.pubkey, "--checkpoint", tr.kept)
+	if code != exitTampered || !named(out, chain, "deleted chain", "chain_seq 1..26") {
+		t.Fatalf("exit %d; want 1 and chain %s named deleted:\n%s", code, chain, out)
+	}
+	if code, out := tr.verify(t, "--pubkey", tr.pubkey); code != exitOK {
+		t.Errorf("without the kept checkpoints (the threat model's limit): exit %d:\n%s", code, out)
+	}
+}
+
 func TestACheckpointRowSignedWithAnotherKeyIsNamed(t *testing.T) {
 	tr := writePGTrail(t, 1, 3, true)
 	chain := tr.chains[0]
