@@ -160,13 +160,8 @@ func (c *chainWriter) handoff(cps []auditchain.Checkpoint) {
 // callback of generation gen.
 func (c *chainWriter) checkpointLater(gen uint64) {
 	c.mu.Lock()
-	if c.closed || !c.timer.Take(gen) {
-		c.mu.Unlock()
-		return
-	}
 	now := time.Now()
-	if due, _ := c.w.Due(now); !due {
-		c.timer.Arm(c.w)
+	if c.closed || !c.timer.Fire(gen, c.w, now) {
 		c.mu.Unlock()
 		return
 	}
@@ -174,7 +169,7 @@ func (c *chainWriter) checkpointLater(gen uint64) {
 	defer cancel()
 	cps, err := c.writeLocked(ctx, nil, []auditchain.Record{auditchain.CheckpointRecord(now)})
 	if err != nil && !c.closed {
-		c.timer.Retry(now, time.Second) // the records stay uncovered meanwhile
+		c.timer.Retry(now)
 	}
 	c.handoff(cps)
 }

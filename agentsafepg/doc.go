@@ -127,5 +127,8 @@
 // approval and every stored result against the trail. Without a signer
 // or kept checkpoints the chain shows only that nothing changed by
 // accident: whoever can write the table can rewrite a row and recompute
-// every hash after it; package auditlog's documentation says more.
+// every hash after it; package auditlog's documentation says more. Rows
+// stored before migration 0008 was applied have no chain: verify counts
+// them as not verified; an unchained row stored after it is named
+// inserted.
 package agentsafepg

@@ -214,21 +214,15 @@ func (s *Sink) writeLocked(events []middleware.Event, extra []auditchain.Record)
 // callback of generation gen.
 func (s *Sink) checkpointLater(gen uint64) {
 	s.mu.Lock()
-	if s.closed || !s.timer.Take(gen) {
-		s.mu.Unlock()
-		return
-	}
 	now := time.Now()
-	if due, _ := s.chain.Due(now); !due {
-		s.timer.Arm(s.chain)
+	if s.closed || !s.timer.Fire(gen, s.chain, now) {
 		s.mu.Unlock()
 		return
 	}
 	if s.write(nil, []auditchain.Record{auditchain.CheckpointRecord(now)}, false) != nil {
-		// Tried again a second later: the records stay uncovered meanwhile.
 		s.mu.Lock()
 		if !s.closed {
-			s.timer.Retry(now, time.Second)
+			s.timer.Retry(now)
 		}
 		s.mu.Unlock()
 	}

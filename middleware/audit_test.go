@@ -227,6 +227,37 @@ func TestABatchFailureIsolatesItsBadRecord(t *testing.T) {
 	}
 }
 
+// TestARecordSinkRefusingAQueuedRecordStopsNoOtherCall: a sink without
+// RecordBatch cannot store one call's completed record and says so with a
+// *BatchError; that record is dropped (counted), and the calls after it
+// are written and run, although a single-record sink is handed the
+// records kept after a failure before the next one.
+func TestARecordSinkRefusingAQueuedRecordStopsNoOtherCall(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		sink := &batchSink{refuse: func(evs []middleware.Event) error {
+			if evs[0].Actor.ID == "mallory" && evs[0].Type == middleware.EventCompleted {
+				return &middleware.BatchError{Index: 0, Err: errors.New("a NUL byte in actor_id")}
+			}
+			return nil
+		}}
+		eng := auditEngine(t, recordSink{sink})
+		_, env, err := execute(eng, caller("mallory"), call{Procedure: procWrite}, noop)
+		wantCode(t, env, err, middleware.CodeOK)
+		synctest.Wait() // the completed record was refused
+		for i := range 3 {
+			_, env, err := execute(eng, caller(fmt.Sprint("agent-", i)), call{Procedure: procWrite}, noop)
+			wantCode(t, env, err, middleware.CodeOK)
+			synctest.Wait()
+			if got := sink.trail(env.ExecutionID); !slices.Equal(got, []middleware.EventType{middleware.EventRequested, middleware.EventStarted, middleware.EventCompleted}) {
+				t.Errorf("call %d's trail %v; want it whole", i, got)
+			}
+		}
+		if st := auditStats(eng); st.Dropped != 1 {
+			t.Errorf("audit sink %+v: want mallory's completed record counted as dropped, and nothing else", st)
+		}
+	})
+}
+
 // A transient failure (the sink unreachable) keeps the batch whole: the
 // calls waiting for it fail and run nothing, and the records of the
 // calls that ran are written once the sink is back, in order, with the

@@ -206,7 +206,13 @@ func WithEventSink(s EventSink, opts ...SinkOption) Option {
 // timeout included) means nothing runs: the call fails with
 // AUDIT_UNAVAILABLE (retryable). Every other event reaches it through the
 // same queue, in order. No record, no effect. A sink that also implements
-// [BatchAuditSink] gets every record waiting for it in one call. The
+// [BatchAuditSink] gets every record waiting for it in one call. A record
+// Record cannot store because of its content must be reported as such
+// (a [*BatchError] with Index 0, or an error in the data-exception class,
+// see [BatchAuditSink]): it then fails only its own call, or is counted as
+// dropped. Any other error is taken for an outage: a queued record is kept
+// and tried again before the next one, so a record refused for ever with
+// a plain error would fail every later call. The
 // requested of a call answered as hidden (a policy hides it, or it came in
 // on a surface its capability is not exposed on) goes through the queue
 // too: nothing runs then, and the sink's failure must not tell the

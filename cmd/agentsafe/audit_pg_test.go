@@ -191,6 +191,22 @@ func TestAnInsertedRowIsNamed(t *testing.T) {
 			t.Fatalf("exit %d; want 1 and %q:\n%s", code, want, out)
 		}
 	})
+	t.Run("a forged row without a chain, numbered before the chain's rows", func(t *testing.T) {
+		// Whoever writes the table can choose a row's seq; a row stored
+		// after migration 0008 is not legacy whatever its seq. A row
+		// stored before it (recorded_at) is legacy: counted, not verified.
+		tr := writePGTrail(t, 1, 2, true)
+		tr.exec(t, `INSERT INTO agentsafe.audit_events (seq, type, at, execution_id, procedure, approver_id)
+			OVERRIDING SYSTEM VALUE VALUES (-5, 'capability.approved', now(), 'exe_1', '/orders.v1.OrderService/RefundOrder', 'mallory')`)
+		tr.exec(t, `INSERT INTO agentsafe.audit_events (seq, type, at, execution_id, procedure, recorded_at)
+			OVERRIDING SYSTEM VALUE SELECT -6, 'capability.requested', applied_at - interval '1 hour', 'exe_0', '/orders.v1.OrderService/GetOrder',
+				applied_at - interval '1 hour' FROM agentsafe.schema_migrations WHERE version = 8`)
+		code, out := tr.verify(t, "--pubkey", tr.pubkey)
+		if code != exitTampered || !strings.Contains(out, "row seq -5 carries no chain") || strings.Contains(out, "row seq -6") ||
+			!strings.Contains(out, "1 records written before the trail was chained") {
+			t.Fatalf("exit %d; want 1, row seq -5 named, and row seq -6 counted as legacy:\n%s", code, out)
+		}
+	})
 	t.Run("a forged row after the chain was closed, its hash computed", func(t *testing.T) {
 		tr := writePGTrail(t, 1, 2, true)
 		chain := tr.chains[0]
@@ -284,6 +300,19 @@ func TestATableCutAfterAKeptCheckpointIsNamed(t *testing.T) {
 	code, out := tr.verify(t, "--pubkey", tr.pubkey, "--checkpoint", tr.kept)
 	if code != exitTampered || !named(out, chain, "cut", "after chain_seq 13") || !strings.Contains(out, "a kept checkpoint attests chain_seq 26") {
 		t.Fatalf("exit %d; want 1 and cut after chain_seq 13:\n%s", code, out)
+	}
+	if code, out := tr.verify(t, "--pubkey", tr.pubkey); code != exitOK {
+		t.Errorf("without the kept checkpoints (the threat model's limit): exit %d:\n%s", code, out)
+	}
+}
+
+func TestADeletedChainOfRowsIsNamed(t *testing.T) {
+	tr := writePGTrail(t, 2, 3, true)
+	chain := tr.chains[1]
+	tr.exec(t, `DELETE FROM agentsafe.audit_events WHERE chain = $1`, chain)
+	code, out := tr.verify(t, "--pubkey", tr.pubkey, "--checkpoint", tr.kept)
+	if code != exitTampered || !named(out, chain, "deleted chain", "chain_seq 1..26") {
+		t.Fatalf("exit %d; want 1 and chain %s named deleted:\n%s", code, chain, out)
 	}
 	if code, out := tr.verify(t, "--pubkey", tr.pubkey); code != exitOK {
 		t.Errorf("without the kept checkpoints (the threat model's limit): exit %d:\n%s", code, out)

@@ -501,6 +501,28 @@ func TestATailCutAfterAKeptCheckpointIsNamed(t *testing.T) {
 	}
 }
 
+// TestADeletedChainIsNamed: every record of one chain is deleted. The
+// chains left are whole, so only the checkpoints kept elsewhere show that
+// a chain was there.
+func TestADeletedChainIsNamed(t *testing.T) {
+	tr := writeTrail(t, 2, 3, true)
+	chain := tr.chains[1]
+	var left []string
+	for _, l := range tr.lines(t) {
+		if !strings.Contains(l, chain) {
+			left = append(left, l)
+		}
+	}
+	tr.write(t, left)
+	code, out := tr.verify(t, "--pubkey", tr.pubkey, "--checkpoint", tr.kept)
+	if code != exitTampered || !named(out, chain, "deleted chain", "chain_seq 1..26") {
+		t.Fatalf("exit %d; want 1 and chain %s named deleted:\n%s", code, chain, out)
+	}
+	if code, out := tr.verify(t, "--pubkey", tr.pubkey); code != exitOK {
+		t.Errorf("without the kept checkpoints: exit %d:\n%s", code, out)
+	}
+}
+
 func TestACheckpointSignedWithAnotherKeyIsNamed(t *testing.T) {
 	tr := writeTrail(t, 1, 3, true)
 	chain := tr.chains[0]

@@ -4,9 +4,9 @@ import "time"
 
 // Timer arms a sink's checkpoint due by time. Its methods are called with
 // the sink's lock held (the lock its writes hold); fire runs on the
-// timer's goroutine without it, takes it, and calls Take before anything
+// timer's goroutine without it, takes it, and calls Fire before anything
 // else: a callback of a timer that was stopped or replaced may still come,
-// and Take tells it so.
+// and Fire tells it so.
 type Timer struct {
 	fire func(gen uint64)
 	t    *time.Timer
@@ -27,9 +27,13 @@ func (t *Timer) Arm(w *Writer) {
 	t.arm(time.Now(), at)
 }
 
-// Retry arms the timer for d from now: a checkpoint whose write failed is
-// tried again.
-func (t *Timer) Retry(now time.Time, d time.Duration) { t.arm(now, now.Add(d)) }
+// retryAfter is how long a checkpoint whose write failed waits before it
+// is tried again; the records stay uncovered meanwhile.
+const retryAfter = time.Second
+
+// Retry arms the timer for a second from now: a checkpoint whose write
+// failed is tried again.
+func (t *Timer) Retry(now time.Time) { t.arm(now, now.Add(retryAfter)) }
 
 func (t *Timer) arm(now, at time.Time) {
 	t.Stop()
@@ -46,12 +50,19 @@ func (t *Timer) Stop() {
 	t.gen++
 }
 
-// Take reports whether gen is the armed timer's callback, and if so
-// disarms the timer (it fired).
-func (t *Timer) Take(gen uint64) bool {
+// Fire reports whether the callback of generation gen is to write w's
+// checkpoint now: gen is the armed timer's (it is then disarmed), and a
+// checkpoint is due at now. When gen is the armed timer's but none is due
+// (the records it was armed for are covered already), it arms the timer
+// again for the next one.
+func (t *Timer) Fire(gen uint64, w *Writer, now time.Time) bool {
 	if gen != t.gen {
-		return false
+		return false // a callback of a timer stopped or replaced
 	}
 	t.t = nil
+	if due, _ := w.Due(now); !due {
+		t.Arm(w)
+		return false
+	}
 	return true
 }

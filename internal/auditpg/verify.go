@@ -39,17 +39,40 @@ func selectFrom(table string) string {
 // result tables against the trail (see [CrossCheck]). The error is an
 // input error: the table cannot be read.
 func Verify(ctx context.Context, conn Queryer, v *auditchain.Verifier) error {
-	// Rows without a chain are legacy before the first chained row, and
-	// inserted after it.
+	// Rows without a chain are legacy when they were stored before the
+	// trail was chained: before the first chained row, and before
+	// migration 0008 was applied. Any other is inserted: whoever writes
+	// the table can give a row a seq below the first chained one
+	// (OVERRIDING SYSTEM VALUE), but then must also backdate its
+	// recorded_at, and the row is reported as not verified, never as
+	// part of a chain.
 	var firstChained pgtype.Int8
 	if err := conn.QueryRow(ctx, `SELECT min(seq) FROM agentsafe.audit_events WHERE chain IS NOT NULL`).Scan(&firstChained); err != nil {
 		return fmt.Errorf("read agentsafe.audit_events: %w", err)
 	}
-	err := Read(ctx, conn, "", func(e auditchain.Entry, _ *auditchain.Record, err error) {
+	late := map[int64]bool{}
+	rows, err := conn.Query(ctx, `SELECT seq FROM agentsafe.audit_events WHERE chain IS NULL
+		AND recorded_at >= (SELECT applied_at FROM agentsafe.schema_migrations WHERE version = 8)`)
+	if err != nil {
+		return fmt.Errorf("read agentsafe.audit_events: %w", err)
+	}
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			rows.Close()
+			return fmt.Errorf("read agentsafe.audit_events: %w", err)
+		}
+		late[seq] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read agentsafe.audit_events: %w", err)
+	}
+	err = Read(ctx, conn, "", func(e auditchain.Entry, _ *auditchain.Record, err error) {
 		switch {
 		case err != nil:
 			v.AddUnreadable(fmt.Sprintf("row %d: %v", e.Pos, err))
-		case e.Chain == "" && firstChained.Valid && e.Pos > firstChained.Int64:
+		case e.Chain == "" && (late[e.Pos] || firstChained.Valid && e.Pos > firstChained.Int64):
 			v.AddUnchained(e.Pos, fmt.Sprintf("row seq %d", e.Pos))
 		case e.Chain == "":
 			v.AddLegacy()
